@@ -1,0 +1,238 @@
+// Command hutch runs untrusted code in a rootless sandbox.
+//
+//	hutch run [flags] -- COMMAND [ARG...]
+//	hutch policy show [flags]
+//	hutch policy check FILE
+//
+// Exit status of `hutch run`: the command's own; 128+N when it was killed
+// by signal N; 124 when the wall-clock timeout ended it; 125 when hutch
+// could not set up the sandbox (or was used wrongly); 126 when the command
+// cannot be executed; 127 when it was not found.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/hutchsandbox/hutch"
+	"github.com/hutchsandbox/hutch/nsjail"
+	"github.com/hutchsandbox/hutch/policy"
+)
+
+// version is set by the linker (-X main.version=...).
+var version = "dev"
+
+func main() {
+	if nsjail.IsInit() {
+		nsjail.InitMain()
+		return
+	}
+	os.Exit(run(os.Args))
+}
+
+// exitError carries an exit status with its message.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func run(args []string) int {
+	app := newApp()
+	err := app.RunContext(context.Background(), args)
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintln(os.Stderr, ee.msg)
+		}
+		return ee.code
+	}
+	fmt.Fprintln(os.Stderr, "hutch: "+err.Error())
+	return hutch.ExitSetup
+}
+
+func newApp() *cli.App {
+	return &cli.App{
+		Name:                 "hutch",
+		Usage:                "run untrusted code in a rootless sandbox",
+		Version:              version,
+		HideHelpCommand:      true,
+		EnableBashCompletion: false,
+		ExitErrHandler:       func(*cli.Context, error) {},
+		OnUsageError: func(c *cli.Context, err error, isSub bool) error {
+			return &exitError{hutch.ExitSetup, "hutch: " + err.Error() + " (see hutch " + c.Command.Name + " --help)"}
+		},
+		Commands: []*cli.Command{runCommand(), policyCommand()},
+	}
+}
+
+// policyFlags are the flags that shape the effective policy; run and policy
+// show share them.
+func policyFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "policy", Usage: "policy `FILE` (TOML); default: the built-in policy (docs/POLICY.md)"},
+		&cli.StringFlag{Name: "workspace", Aliases: []string{"w"}, Usage: "host `DIR` mounted read-write at /workspace (default: current directory)"},
+		&cli.StringFlag{Name: "tooling", Usage: "read-only tooling tree: host, or rootfs:`DIR`"},
+		&cli.StringFlag{Name: "timeout", Usage: "wall-clock limit per execution, e.g. 30s, 10m"},
+		&cli.StringSliceFlag{Name: "ro-bind", Usage: "extra read-only bind `SRC[:DST]` (repeatable)"},
+		&cli.StringFlag{Name: "net", Usage: "network mode: proxy (default deny, allowlist through the egress proxy) or none"},
+		&cli.StringFlag{Name: "tmp-size", Usage: "size cap of /tmp, e.g. 512MiB"},
+		&cli.StringFlag{Name: "seccomp-profile", Usage: "Docker/OCI seccomp profile `FILE` instead of the built-in allowlist"},
+	}
+}
+
+// effectivePolicy loads the policy and applies flag overrides; it validates
+// the result. Errors name the flag or file and key.
+func effectivePolicy(c *cli.Context) (*policy.Policy, error) {
+	p := policy.Default()
+	if f := c.String("policy"); f != "" {
+		lp, err := policy.Load(f)
+		if err != nil {
+			return nil, err
+		}
+		p = lp
+	}
+	if v := c.String("workspace"); v != "" {
+		p.Filesystem.Workspace = v
+	}
+	if v := c.String("tooling"); v != "" {
+		p.Filesystem.Tooling = v
+	}
+	if v := c.String("timeout"); v != "" {
+		d, err := policy.ParseDuration(v)
+		if err != nil {
+			return nil, fmt.Errorf("--timeout: %w", err)
+		}
+		p.Resources.Timeout = d
+	}
+	if v := c.String("tmp-size"); v != "" {
+		s, err := policy.ParseSize(v)
+		if err != nil {
+			return nil, fmt.Errorf("--tmp-size: %w", err)
+		}
+		p.Filesystem.TmpSize = s
+	}
+	if v := c.String("net"); v != "" {
+		p.Network.Mode = v
+	}
+	if v := c.String("seccomp-profile"); v != "" {
+		p.Seccomp.Profile = v
+	}
+	for _, b := range c.StringSlice("ro-bind") {
+		src, dst, _ := strings.Cut(b, ":")
+		if src == "" {
+			return nil, fmt.Errorf("--ro-bind %q: want SRC or SRC:DST with absolute paths", b)
+		}
+		p.Filesystem.ReadOnly = append(p.Filesystem.ReadOnly, policy.Bind{Source: src, Target: dst})
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("effective policy (after flags): %w", err)
+	}
+	return p, nil
+}
+
+func runCommand() *cli.Command {
+	flags := append(policyFlags(),
+		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "set `K=V` inside, or pass K through from the caller (repeatable)"},
+		&cli.StringFlag{Name: "cwd", Usage: "working `DIR` inside (relative to /workspace)"},
+		&cli.BoolFlag{Name: "debug", Usage: "print per-stage timings and debug logs on stderr"},
+	)
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "run a command in a fresh sandbox",
+		ArgsUsage: "[--] COMMAND [ARG...]",
+		Flags:     flags,
+		Action: func(c *cli.Context) error {
+			if c.NArg() == 0 {
+				return &exitError{hutch.ExitSetup, "hutch: no command given: usage: hutch run [flags] -- COMMAND [ARG...]"}
+			}
+			p, err := effectivePolicy(c)
+			if err != nil {
+				return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+			}
+			var logger *slog.Logger
+			if c.Bool("debug") {
+				logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			} else {
+				logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			}
+			res, err := hutch.Run(c.Context, &hutch.RunOptions{
+				Policy:         p,
+				Argv:           c.Args().Slice(),
+				HostEnv:        os.Environ(),
+				ExtraEnv:       c.StringSlice("env"),
+				Cwd:            c.String("cwd"),
+				Stdin:          os.Stdin,
+				Stdout:         os.Stdout,
+				Stderr:         os.Stderr,
+				ForwardSignals: true,
+				Timing:         c.Bool("debug"),
+				Logger:         logger,
+			})
+			if err != nil {
+				return &exitError{hutch.ExitSetup, "hutch: cannot set up the sandbox: " + err.Error()}
+			}
+			for _, t := range res.Timing {
+				fmt.Fprintf(os.Stderr, "hutch: timing %-22s %8.3f ms\n", t.Name, float64(t.Usec)/1000)
+			}
+			for _, m := range res.Messages {
+				fmt.Fprintln(os.Stderr, m)
+			}
+			if res.ExitCode != 0 {
+				return &exitError{code: res.ExitCode}
+			}
+			return nil
+		},
+	}
+}
+
+func policyCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "policy",
+		Usage: "show or check sandbox policies",
+		Subcommands: []*cli.Command{
+			{
+				Name:  "show",
+				Usage: "print the effective policy (built-in default, --policy file and flags)",
+				Flags: policyFlags(),
+				Action: func(c *cli.Context) error {
+					p, err := effectivePolicy(c)
+					if err != nil {
+						return &exitError{1, "hutch: " + err.Error()}
+					}
+					b, err := p.Marshal()
+					if err != nil {
+						return &exitError{1, "hutch: " + err.Error()}
+					}
+					os.Stdout.Write(b)
+					return nil
+				},
+			},
+			{
+				Name:      "check",
+				Usage:     "validate a policy file; exit 0 when valid, 1 with the problems otherwise",
+				ArgsUsage: "FILE",
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 1 {
+						return &exitError{2, "hutch: usage: hutch policy check FILE"}
+					}
+					if _, err := policy.Load(c.Args().First()); err != nil {
+						return &exitError{1, "hutch: " + err.Error()}
+					}
+					fmt.Printf("%s: valid\n", c.Args().First())
+					return nil
+				},
+			},
+		},
+	}
+}

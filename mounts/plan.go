@@ -1,0 +1,81 @@
+// Package mounts describes the sandbox's root filesystem as a plan of
+// primitive steps, and executes that plan inside the sandbox's mount
+// namespace.
+//
+// The plan is computed on the host side (the supervisor), where policy and
+// host paths are known; the init executes it inside the new mount namespace,
+// before pivot_root. Keeping the steps primitive (bind, tmpfs, mkdir, file,
+// symlink, read-only) keeps the executor small and auditable, in the spirit
+// of bubblewrap's ordered setup operations.
+package mounts
+
+// Kind is the kind of one plan step.
+type Kind string
+
+// Plan step kinds.
+const (
+	// Bind binds the host path Source at Target (recursively). Source is
+	// opened O_PATH before any mount changes, so it may live anywhere on the
+	// host, including under directories the new root later hides.
+	Bind Kind = "bind"
+	// Tmpfs mounts a fresh tmpfs at Target with Size bytes and Mode.
+	Tmpfs Kind = "tmpfs"
+	// Proc mounts the sandbox's own procfs at Target.
+	Proc Kind = "proc"
+	// Devpts mounts a new devpts instance at Target.
+	Devpts Kind = "devpts"
+	// Sysfs mounts a sysfs of the sandbox's network namespace at Target.
+	Sysfs Kind = "sysfs"
+	// Mkdir creates the directory Target with Mode.
+	Mkdir Kind = "mkdir"
+	// File writes Data to a new file at Target with Mode.
+	File Kind = "file"
+	// Symlink creates Target as a symlink to Data.
+	Symlink Kind = "symlink"
+	// MaskFile covers the file Target with an empty, read-only file (the
+	// host's /dev/null), if Target exists.
+	MaskFile Kind = "mask-file"
+	// MaskDir covers the directory Target with an empty read-only tmpfs, if
+	// Target exists.
+	MaskDir Kind = "mask-dir"
+	// ReadOnly makes the mount at Target read-only, if Target exists.
+	ReadOnly Kind = "ro"
+	// Pin binds Target onto itself (read-write) so that it becomes a mount
+	// point: it can then not be renamed, replaced or removed from inside.
+	Pin Kind = "pin"
+	// Protect binds Target onto itself read-only (a protected path inside
+	// the workspace).
+	Protect Kind = "protect"
+)
+
+// Step is one primitive operation. Targets are absolute paths inside the
+// sandbox; the executor resolves them beneath the new root.
+type Step struct {
+	Kind   Kind   `json:"kind"`
+	Source string `json:"source,omitempty"`
+	Target string `json:"target"`
+	// ReadOnly applies to Bind: the bind (and everything beneath it) is
+	// made read-only.
+	ReadOnly bool `json:"ro,omitempty"`
+	// Optional skips a Bind whose source is missing instead of failing.
+	Optional bool `json:"optional,omitempty"`
+	// NoSymlinks resolves Target without following any symlink (used for
+	// paths inside the workspace, which sandboxed code controls).
+	NoSymlinks bool   `json:"nosym,omitempty"`
+	Mode       uint32 `json:"mode,omitempty"`
+	Size       int64  `json:"size,omitempty"`
+	Data       string `json:"data,omitempty"`
+	// Why says, for error messages, what the step is for.
+	Why string `json:"why,omitempty"`
+}
+
+// Plan is the ordered list of steps that builds the sandbox's root.
+type Plan struct {
+	// RootSize caps the root tmpfs (it holds only mount points and the
+	// synthesized /etc files, and is made read-only after setup).
+	RootSize int64  `json:"root_size"`
+	Steps    []Step `json:"steps"`
+}
+
+// Add appends steps to the plan.
+func (p *Plan) Add(s ...Step) { p.Steps = append(p.Steps, s...) }

@@ -1,0 +1,66 @@
+package nsjail
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// HostProblem is a reason this host cannot make a sandbox, with the fix.
+type HostProblem struct {
+	Cause string
+	Fix   string
+}
+
+func (h *HostProblem) Error() string { return h.Cause + "; " + h.Fix }
+
+func readSysctl(path string) (string, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimSpace(string(b)), true
+}
+
+// CheckUserNamespaces reports why unprivileged user namespaces would fail
+// here, or nil when nothing known stands in the way.
+func CheckUserNamespaces() *HostProblem {
+	if v, ok := readSysctl("/proc/sys/user/max_user_namespaces"); ok && v == "0" {
+		return &HostProblem{
+			Cause: "user namespaces are disabled (user.max_user_namespaces = 0)",
+			Fix:   "enable them: sudo sysctl -w user.max_user_namespaces=15000",
+		}
+	}
+	if os.Getuid() != 0 {
+		if v, ok := readSysctl("/proc/sys/kernel/unprivileged_userns_clone"); ok && v == "0" {
+			return &HostProblem{
+				Cause: "unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone = 0)",
+				Fix:   "enable them: sudo sysctl -w kernel.unprivileged_userns_clone=1",
+			}
+		}
+		if v, ok := readSysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"); ok && v == "1" {
+			return &HostProblem{
+				Cause: "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1)",
+				Fix:   "allow hutch with an AppArmor profile granting \"userns,\" for its path, or: sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0",
+			}
+		}
+	}
+	return nil
+}
+
+// diagnoseClone explains a failure to create the init's namespaces.
+func diagnoseClone(err error) error {
+	if p := CheckUserNamespaces(); p != nil {
+		return fmt.Errorf("%s: %w", p.Error(), err)
+	}
+	switch {
+	case errors.Is(err, unix.ENOSPC):
+		return fmt.Errorf("the namespace limit is reached (user.max_user_namespaces or max_pid_namespaces); raise it or end other sandboxes: %w", err)
+	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
+		return fmt.Errorf("the kernel refused to create user namespaces (a security module or container runtime may forbid it; run `hutch doctor`): %w", err)
+	}
+	return err
+}

@@ -1,0 +1,379 @@
+// Package nsjail owns the sandbox's namespace lifecycle: the supervisor
+// (host side), the init (pid 1 inside) and the exec stage (C, per command).
+//
+// Process model:
+//
+//	supervisor (hutch, host, unprivileged)
+//	  └─ init: /proc/self/exe as "hutch:init" in new user, mount, pid, net,
+//	     ipc, uts and cgroup namespaces; host uid mapped to 0; builds the
+//	     root, pivots, then serves spawn requests and reaps every process
+//	       └─ exec stage: /proc/self/exe as "hutch:exec" in a nested user
+//	          namespace mapping the sandbox uid (1000) to the init's 0; a C
+//	          constructor drops capabilities, sets no_new_privs, applies
+//	          Landlock and seccomp and execs the command
+//	            └─ the command (uid 1000, no capabilities, own session)
+//
+// One init can run many commands (sessions), and the supervisor talks to
+// it over a private socketpair that nothing inside the sandbox can reach.
+package nsjail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Config configures one sandbox.
+type Config struct {
+	Setup Setup
+	// Seccomp is the BPF program (struct sock_filter[]) every command
+	// runs under; nil for none.
+	Seccomp []byte
+	// Executable is the hutch binary to re-exec; "" means /proc/self/exe.
+	Executable string
+	// Stderr receives the init's own diagnostics (never the command's
+	// output); nil discards them.
+	Stderr io.Writer
+	Logger *slog.Logger
+}
+
+// Sandbox is a running sandbox: an init holding the namespaces.
+type Sandbox struct {
+	ctrl    *conn
+	initPid int
+	// Ready is what the init reported after setup.
+	Ready *Ready
+	// Timing is the init's per-stage timing, when requested.
+	Timing []Stage
+
+	initDone chan struct{}
+	release  chan struct{}
+	initErr  error
+
+	mu     sync.Mutex
+	nextID uint64
+	procs  map[uint64]*Process
+	dead   error
+	closed bool
+}
+
+// Process is one command started in a sandbox.
+type Process struct {
+	ID  uint64
+	Pid int // in the sandbox's pid namespace
+	sb  *Sandbox
+
+	started chan struct{}
+	done    chan struct{}
+	exit    ExitInfo
+}
+
+// ExitInfo says how a command ended.
+type ExitInfo struct {
+	// Status is the raw wait status, valid when ExecCode == 0 and Err == nil.
+	Status unix.WaitStatus
+	// ExecCode is non-zero when the command could not be executed (126,
+	// 127) or its per-command setup failed (125); ExecError says why.
+	ExecCode  int
+	ExecError string
+	// Err is set when the sandbox died before the command ended.
+	Err error
+}
+
+// Code is the exit code hutch reports: the command's own, 128+N when it was
+// killed by signal N, or ExecCode.
+func (e ExitInfo) Code() int {
+	switch {
+	case e.Err != nil:
+		return 125
+	case e.ExecCode != 0:
+		return e.ExecCode
+	case e.Status.Signaled():
+		return 128 + int(e.Status.Signal())
+	default:
+		return e.Status.ExitStatus()
+	}
+}
+
+// SetupError is a failure to build the sandbox, with its cause in words.
+type SetupError struct {
+	Op  string
+	Err error
+}
+
+func (e *SetupError) Error() string { return e.Op + ": " + e.Err.Error() }
+func (e *SetupError) Unwrap() error { return e.Err }
+
+// Start creates the sandbox: it starts the init in new namespaces and waits
+// until the root filesystem is built. The init dies with the calling
+// goroutine's OS thread's process (parent-death signal) and with Close.
+func Start(ctx context.Context, cfg *Config) (*Sandbox, error) {
+	exe := cfg.Executable
+	if exe == "" {
+		exe = "/proc/self/exe"
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, &SetupError{"create control socket", err}
+	}
+	parent := os.NewFile(uintptr(pair[0]), "control")
+	child := os.NewFile(uintptr(pair[1]), "control-init")
+
+	cmd := &exec.Cmd{
+		Path:       exe,
+		Args:       []string{initMagic},
+		Env:        []string{},
+		ExtraFiles: []*os.File{child},
+		Stderr:     cfg.Stderr,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
+				unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+			GidMappingsEnableSetgroups: false,
+			Pdeathsig:                  syscall.SIGKILL,
+		},
+	}
+	s := &Sandbox{
+		ctrl:     newConn(parent),
+		initDone: make(chan struct{}),
+		release:  make(chan struct{}),
+		procs:    map[uint64]*Process{},
+	}
+	// The parent-death signal fires when the thread that forked the init
+	// exits, so that thread stays locked and alive for the sandbox's life.
+	startErr := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			startErr <- err
+			return
+		}
+		s.initPid = cmd.Process.Pid
+		startErr <- nil
+		s.initErr = cmd.Wait()
+		close(s.initDone)
+		<-s.release
+		runtime.UnlockOSThread()
+	}()
+	err = <-startErr
+	child.Close()
+	if err != nil {
+		parent.Close()
+		return nil, &SetupError{"create the sandbox's namespaces", diagnoseClone(err)}
+	}
+	var fds []int
+	var memfd *os.File
+	if cfg.Seccomp != nil {
+		memfd, err = bpfMemfd(cfg.Seccomp)
+		if err != nil {
+			s.kill()
+			return nil, &SetupError{"prepare seccomp program", err}
+		}
+		defer memfd.Close()
+		fds = append(fds, int(memfd.Fd()))
+		cfg.Setup.Seccomp = true
+	}
+	if err := s.ctrl.send(&message{Op: opSetup, Setup: &cfg.Setup}, fds...); err != nil {
+		s.kill()
+		return nil, &SetupError{"configure the sandbox", err}
+	}
+	type reply struct {
+		m   *message
+		err error
+	}
+	rc := make(chan reply, 1)
+	go func() {
+		m, fds, err := s.ctrl.recv()
+		closeAll(fds)
+		rc <- reply{m, err}
+	}()
+	var r reply
+	select {
+	case r = <-rc:
+	case <-ctx.Done():
+		s.kill()
+		return nil, &SetupError{"build the sandbox", ctx.Err()}
+	}
+	if r.err != nil {
+		s.kill()
+		return nil, &SetupError{"build the sandbox", fmt.Errorf("the sandbox init exited during setup (%v)", r.err)}
+	}
+	switch r.m.Op {
+	case opReady:
+		s.Ready, s.Timing = r.m.Ready, r.m.Timing
+	case opFail:
+		s.kill()
+		return nil, &SetupError{"build the sandbox", errors.New(r.m.Error)}
+	default:
+		s.kill()
+		return nil, &SetupError{"build the sandbox", fmt.Errorf("unexpected %q from init", r.m.Op)}
+	}
+	go s.dispatch()
+	return s, nil
+}
+
+func bpfMemfd(prog []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate("hutch-seccomp", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "hutch-seccomp")
+	if _, err := f.Write(prog); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write seccomp program: %w", err)
+	}
+	// Sealed: nothing can change the program once the init holds it.
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_WRITE|unix.F_SEAL_GROW|unix.F_SEAL_SHRINK|unix.F_SEAL_SEAL); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("seal seccomp program: %w", err)
+	}
+	return f, nil
+}
+
+// dispatch routes the init's messages to the processes they concern.
+func (s *Sandbox) dispatch() {
+	for {
+		m, fds, err := s.ctrl.recv()
+		closeAll(fds)
+		if err != nil {
+			s.fail(fmt.Errorf("the sandbox ended: %w", err))
+			return
+		}
+		s.mu.Lock()
+		p := s.procs[m.ID]
+		s.mu.Unlock()
+		if p == nil {
+			continue
+		}
+		switch m.Op {
+		case opStarted:
+			p.Pid = m.Pid
+			close(p.started)
+		case opSpawnErr:
+			p.exit = ExitInfo{ExecCode: m.Code, ExecError: m.Error}
+			p.finish()
+		case opExit:
+			p.exit = ExitInfo{Status: unix.WaitStatus(m.Status), ExecCode: m.Code, ExecError: m.Error}
+			p.finish()
+		}
+	}
+}
+
+func (p *Process) finish() {
+	p.sb.mu.Lock()
+	delete(p.sb.procs, p.ID)
+	p.sb.mu.Unlock()
+	select {
+	case <-p.started:
+	default:
+		close(p.started)
+	}
+	close(p.done)
+}
+
+// fail ends every outstanding process with err.
+func (s *Sandbox) fail(err error) {
+	s.mu.Lock()
+	s.dead = err
+	procs := s.procs
+	s.procs = map[uint64]*Process{}
+	s.mu.Unlock()
+	for _, p := range procs {
+		p.exit = ExitInfo{Err: err}
+		select {
+		case <-p.started:
+		default:
+			close(p.started)
+		}
+		close(p.done)
+	}
+}
+
+// ExecRequest describes one command to run in the sandbox.
+type ExecRequest struct {
+	Argv []string
+	Env  []string
+	Cwd  string
+	// Stdin, Stdout and Stderr are handed to the command as they are
+	// (passed as descriptors, not copied).
+	Stdin, Stdout, Stderr *os.File
+	// Notify, when non-nil, receives the seccomp listener fd sent by the
+	// exec stage: pass one end of a unix socketpair.
+	Notify *os.File
+}
+
+// Exec starts a command in the sandbox.
+func (s *Sandbox) Exec(req *ExecRequest) (*Process, error) {
+	s.mu.Lock()
+	if s.dead != nil {
+		s.mu.Unlock()
+		return nil, s.dead
+	}
+	s.nextID++
+	p := &Process{ID: s.nextID, sb: s, started: make(chan struct{}), done: make(chan struct{})}
+	s.procs[p.ID] = p
+	s.mu.Unlock()
+	fds := []int{int(req.Stdin.Fd()), int(req.Stdout.Fd()), int(req.Stderr.Fd())}
+	sp := &Spawn{Argv: req.Argv, Env: req.Env, Cwd: req.Cwd}
+	if req.Notify != nil {
+		sp.Notify = true
+		fds = append(fds, int(req.Notify.Fd()))
+	}
+	if err := s.ctrl.send(&message{Op: opSpawn, ID: p.ID, Spawn: sp}, fds...); err != nil {
+		s.mu.Lock()
+		delete(s.procs, p.ID)
+		s.mu.Unlock()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Wait blocks until the command ends.
+func (p *Process) Wait() ExitInfo {
+	<-p.done
+	return p.exit
+}
+
+// Done is closed when the command has ended.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Signal sends sig to the command's process group.
+func (p *Process) Signal(sig syscall.Signal) error {
+	return p.sb.ctrl.send(&message{Op: opSignal, ID: p.ID, Signal: int(sig)})
+}
+
+// kill ends the sandbox at once: SIGKILL to the init takes the whole pid
+// namespace with it.
+func (s *Sandbox) kill() {
+	if s.initPid > 0 {
+		_ = unix.Kill(s.initPid, unix.SIGKILL)
+	}
+	<-s.initDone
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.release)
+		s.ctrl.f.Close()
+	}
+	s.mu.Unlock()
+}
+
+// Close kills everything in the sandbox and waits until the init is gone.
+// Nothing of the sandbox remains afterwards.
+func (s *Sandbox) Close() error {
+	s.kill()
+	return nil
+}
+
+// InitPid is the init's pid on the host.
+func (s *Sandbox) InitPid() int { return s.initPid }

@@ -1,0 +1,224 @@
+// Package policy defines hutch's sandbox policy: the document that says what
+// a sandboxed command may see (FILESYSTEM), use (RESOURCES), reach (NETWORK)
+// and how long a sandbox lives (LIFECYCLE). docs/POLICY.md is its prose form;
+// Default returns the built-in policy that document describes.
+package policy
+
+import (
+	"strings"
+	"time"
+)
+
+// Enforcement modes.
+const (
+	// EnforceBestEffort applies what the host supports and warns about the rest.
+	EnforceBestEffort = "best-effort"
+	// EnforceStrict refuses to run when any part of the policy cannot be enforced.
+	EnforceStrict = "strict"
+)
+
+// Network modes.
+const (
+	// NetProxy gives the sandbox loopback only, plus hutch's egress proxy.
+	NetProxy = "proxy"
+	// NetNone gives the sandbox loopback only and no way out at all.
+	NetNone = "none"
+)
+
+// Tooling modes: filesystem.tooling is ToolingHost, or ToolingRootfs
+// followed by a directory.
+const (
+	// ToolingHost binds the host's /usr, /bin, /sbin, /lib*, /opt and a
+	// curated /etc read-only.
+	ToolingHost = "host"
+	// ToolingRootfs, followed by a directory, binds that directory read-only
+	// as the sandbox's root.
+	ToolingRootfs = "rootfs:"
+)
+
+// SeccompDefault names hutch's built-in seccomp profile (as does "").
+const SeccompDefault = "default"
+
+// DefaultPort is the port of an allow entry that lists none; Validate
+// fills it in.
+const DefaultPort = 443
+
+// WorkspaceMount is the fixed path at which the workspace appears inside.
+const WorkspaceMount = "/workspace"
+
+// SandboxHome is the sandbox user's home directory (a tmpfs).
+const SandboxHome = "/home/sandbox"
+
+// Policy is a complete, validated sandbox policy.
+type Policy struct {
+	// Version of the policy format; 1.
+	Version int `toml:"version"`
+	// Enforcement is EnforceBestEffort or EnforceStrict.
+	Enforcement string      `toml:"enforcement"`
+	Sandbox     Sandbox     `toml:"sandbox"`
+	Filesystem  Filesystem  `toml:"filesystem"`
+	Resources   Resources   `toml:"resources"`
+	Network     Network     `toml:"network"`
+	Lifecycle   Lifecycle   `toml:"lifecycle"`
+	Environment Environment `toml:"environment"`
+	Seccomp     Seccomp     `toml:"seccomp"`
+}
+
+// Sandbox holds the identity of the sandboxed command.
+type Sandbox struct {
+	// UID and GID the command runs as inside (not on the host). 1..65533.
+	UID int `toml:"uid"`
+	GID int `toml:"gid"`
+	// Hostname inside the sandbox's UTS namespace.
+	Hostname string `toml:"hostname"`
+}
+
+// Filesystem is the FILESYSTEM area.
+type Filesystem struct {
+	// Tooling is "host" (the host's /usr, /bin, /lib*, /opt and a curated /etc,
+	// read-only) or "rootfs:DIR" (DIR as the read-only root).
+	Tooling string `toml:"tooling"`
+	// Workspace is the host directory mounted read-write at /workspace.
+	// Empty means the current directory of the invoking process.
+	Workspace string `toml:"workspace"`
+	// Protected lists paths relative to the workspace that stay read-only
+	// inside, and cannot be created when absent.
+	Protected []string `toml:"protected"`
+	// ReadOnly lists extra host paths bound read-only.
+	ReadOnly []Bind `toml:"read_only"`
+	// TmpSize caps the /tmp tmpfs.
+	TmpSize Size `toml:"tmp_size"`
+	// HomeSize caps the HOME tmpfs.
+	HomeSize Size `toml:"home_size"`
+	// ShmSize caps /dev/shm.
+	ShmSize Size `toml:"shm_size"`
+	// Sys mounts a read-only sysfs at /sys when true.
+	Sys bool `toml:"sys"`
+}
+
+// Bind is an extra read-only bind mount.
+type Bind struct {
+	// Source is an absolute host path.
+	Source string `toml:"source"`
+	// Target is the absolute path inside; empty means the same as Source.
+	Target string `toml:"target"`
+}
+
+// Resources is the RESOURCES area.
+type Resources struct {
+	// CPUs is the number of cores the sandbox may use (cpu.max), > 0.
+	CPUs float64 `toml:"cpus"`
+	// Memory caps the sandbox's memory (memory.max; swap 0).
+	Memory Size `toml:"memory"`
+	// Pids caps the number of processes and threads.
+	Pids int `toml:"pids"`
+	// FileSize caps a single file the sandbox writes (RLIMIT_FSIZE).
+	FileSize Size `toml:"file_size"`
+	// OpenFiles caps open descriptors per process (RLIMIT_NOFILE).
+	OpenFiles int `toml:"open_files"`
+	// Timeout is the wall-clock limit of one execution.
+	Timeout Duration `toml:"timeout"`
+}
+
+// Network is the NETWORK area.
+type Network struct {
+	// Mode is NetProxy or NetNone.
+	Mode string `toml:"mode"`
+	// DiscoverRegistries adds the package registries the host's own tools
+	// are configured to use to the allowlist, each with a generated reason.
+	DiscoverRegistries bool `toml:"discover_registries"`
+	// Allow is the allowlist; every entry carries its reason.
+	Allow []AllowEntry `toml:"allow"`
+}
+
+// AllowEntry lets the sandbox reach one destination through the egress proxy.
+type AllowEntry struct {
+	// Host is an exact name, "*.suffix", or an IP address.
+	Host string `toml:"host"`
+	// Ports defaults to [443].
+	Ports []int `toml:"ports"`
+	// Reason says why the sandbox needs this destination. Required.
+	Reason string `toml:"reason"`
+}
+
+// Lifecycle is the LIFECYCLE area.
+type Lifecycle struct {
+	// SessionIdle tears a session down after this long without an exec.
+	SessionIdle Duration `toml:"session_idle"`
+	// SessionMax tears a session down after this long, busy or not.
+	SessionMax Duration `toml:"session_max"`
+}
+
+// Environment controls what the command's environment holds. Everything else
+// of the caller's environment is dropped.
+type Environment struct {
+	// Pass names variables passed through from the caller when set there.
+	// Entries ending in "*" are prefixes (e.g. "LC_*").
+	Pass []string `toml:"pass"`
+	// Set assigns variables inside.
+	Set map[string]string `toml:"set"`
+}
+
+// Seccomp selects the syscall filter.
+type Seccomp struct {
+	// Profile is "" or "default" for hutch's built-in allowlist, or the path
+	// of a Docker/OCI-format seccomp profile.
+	Profile string `toml:"profile"`
+}
+
+// RootfsDir returns DIR when Tooling is "rootfs:DIR".
+func (f Filesystem) RootfsDir() (dir string, ok bool) {
+	return strings.CutPrefix(f.Tooling, ToolingRootfs)
+}
+
+// Size is a byte count written as "512MiB", "1GiB", "64M" or a bare integer.
+type Size int64
+
+// Duration is a time.Duration written as "30s", "10m", "1h30m".
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Size units.
+const (
+	KiB Size = 1 << 10
+	MiB Size = 1 << 20
+	GiB Size = 1 << 30
+)
+
+// Default returns the built-in policy, the one docs/POLICY.md describes.
+func Default() *Policy {
+	return &Policy{
+		Version:     1,
+		Enforcement: EnforceBestEffort,
+		Sandbox:     Sandbox{UID: 1000, GID: 1000, Hostname: "hutch"},
+		Filesystem: Filesystem{
+			Tooling:   ToolingHost,
+			Protected: []string{".git/hooks", ".git/config"},
+			TmpSize:   512 * MiB,
+			HomeSize:  256 * MiB,
+			ShmSize:   64 * MiB,
+		},
+		Resources: Resources{
+			CPUs:      2,
+			Memory:    2 * GiB,
+			Pids:      512,
+			FileSize:  1 * GiB,
+			OpenFiles: 4096,
+			Timeout:   Duration(10 * time.Minute),
+		},
+		Network: Network{
+			Mode:               NetProxy,
+			DiscoverRegistries: true,
+		},
+		Lifecycle: Lifecycle{
+			SessionIdle: Duration(30 * time.Minute),
+			SessionMax:  Duration(8 * time.Hour),
+		},
+		Environment: Environment{
+			Pass: []string{"PATH", "TERM", "LANG", "LANGUAGE", "LC_*", "TZ"},
+			Set:  map[string]string{},
+		},
+	}
+}
