@@ -136,6 +136,7 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 	cfg := &nsjail.Config{
 		Setup: nsjail.Setup{
 			Plan:     plan,
+			Landlock: landlockSpec(p, plan),
 			Hostname: p.Sandbox.Hostname,
 			UID:      p.Sandbox.UID,
 			GID:      p.Sandbox.GID,
@@ -214,6 +215,36 @@ wait:
 		res.Timing = append(res.Timing, nsjail.Stage{Name: "total", Usec: time.Since(t0).Microseconds()})
 	}
 	return res, nil
+}
+
+// landlockSpec derives the Landlock rules from the policy and the mount
+// plan: read+execute on the tooling tree and extra read-only binds, read on
+// /etc, /proc and /dev, read-write on the workspace and scratch mounts and
+// the device nodes; no TCP bind or connect beyond what the policy allows;
+// abstract unix sockets and signals scoped to the sandbox's own commands.
+func landlockSpec(p *policy.Policy, plan *mounts.Plan) *nsjail.LandlockSpec {
+	ls := &nsjail.LandlockSpec{
+		ReadOnly:          []string{"/etc", "/proc", "/dev"},
+		ListOnly:          []string{"/"},
+		ReadWrite:         []string{policy.WorkspaceMount, "/tmp", policy.SandboxHome, "/dev/shm"},
+		ReadWriteFiles:    []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts"},
+		ScopeAbstractUnix: true,
+		ScopeSignal:       true,
+		Strict:            p.Enforcement == policy.EnforceStrict,
+	}
+	if p.Filesystem.Sys {
+		ls.ReadOnly = append(ls.ReadOnly, "/sys")
+	}
+	for _, s := range plan.Steps {
+		if s.Kind == mounts.Bind && s.ReadOnly && s.Target != "/etc" && !strings.HasPrefix(s.Target, "/etc/") {
+			ls.ReadExec = append(ls.ReadExec, s.Target)
+		}
+	}
+	for _, port := range p.Network.LocalPorts {
+		ls.ConnectTCP = append(ls.ConnectTCP, uint16(port))
+		ls.BindTCP = append(ls.BindTCP, uint16(port))
+	}
+	return ls
 }
 
 func execMessage(cmd string, info nsjail.ExitInfo, env []string) string {

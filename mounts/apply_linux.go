@@ -243,6 +243,8 @@ func apply(rootFD int, s Step, src, devNull int) error {
 			return nil
 		}
 		return unix.Mount("tmpfs", t, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4096,nr_inodes=1,mode=0555")
+	case Seal:
+		return setAttr(t, false, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 	case ReadOnly:
 		if !exists(t) {
 			return nil

@@ -131,6 +131,7 @@ func Build(s *Spec) (*Plan, error) {
 		p.Add(Step{Kind: Symlink, Target: "/dev/" + name, Data: to})
 	}
 	sortSymlinks(p)
+	p.Add(Step{Kind: Seal, Target: "/dev", Why: "/dev read-only after setup"})
 
 	if s.Sys {
 		p.Add(Step{Kind: Sysfs, Target: "/sys", Why: "read-only sysfs (filesystem.sys)"})

@@ -43,6 +43,9 @@ const (
 	// Pin binds Target onto itself (read-write) so that it becomes a mount
 	// point: it can then not be renamed, replaced or removed from inside.
 	Pin Kind = "pin"
+	// Seal makes the mount at Target read-only, but not the mounts beneath
+	// it (e.g. /dev, while /dev/shm and /dev/pts stay writable).
+	Seal Kind = "seal"
 	// Protect binds Target onto itself read-only (a protected path inside
 	// the workspace).
 	Protect Kind = "protect"

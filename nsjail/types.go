@@ -25,6 +25,7 @@ type Setup struct {
 type LandlockSpec struct {
 	ReadExec          []string `json:"read_exec,omitempty"`
 	ReadOnly          []string `json:"read_only,omitempty"`
+	ListOnly          []string `json:"list_only,omitempty"`
 	ReadWrite         []string `json:"read_write,omitempty"`
 	ReadWriteFiles    []string `json:"read_write_files,omitempty"`
 	ConnectTCP        []uint16 `json:"connect_tcp,omitempty"`

@@ -1,0 +1,63 @@
+# hutch build and test entry points. `make demo` and `make test` set up
+# everything on a fresh Debian machine (installing build dependencies with
+# apt-get when run as root; otherwise they print the command to run).
+
+GO        ?= go
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+BIN       := bin/hutch
+export CGO_ENABLED := 1
+export GOFLAGS    := -mod=mod
+# A static binary: glibc and libseccomp linked in, no runtime dependencies.
+BUILD_TAGS := netgo,osusergo
+LDFLAGS    := -s -w -X main.version=$(VERSION) -linkmode external -extldflags "-static"
+# Debian packages needed to build and test.
+DEB_BUILD  := gcc libc6-dev libseccomp-dev pkg-config
+DEB_TEST   := git make python3 curl bubblewrap hyperfine
+
+.PHONY: all build deps deps-test demo test test-unit test-e2e vet fmt clean bench
+
+all: build
+
+deps:
+	@sh scripts/deps.sh $(DEB_BUILD)
+
+deps-test:
+	@sh scripts/deps.sh $(DEB_BUILD) $(DEB_TEST)
+
+$(BIN): deps $(shell find . -name '*.go' -o -name '*.c' -o -name '*.json' | grep -v '^./test/') go.mod
+	@mkdir -p bin
+	$(GO) build -trimpath -tags $(BUILD_TAGS) -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/hutch
+
+build: $(BIN)
+
+# The main job on the built-in default policy: a command in a fresh sandbox
+# with the current directory as /workspace.
+demo: build
+	./$(BIN) run -- /bin/sh -c 'echo "hello from $$(id -un) (uid $$(id -u)) in $$(pwd) on $$(hostname)"; \
+	  grep -E "^(CapEff|CapBnd|NoNewPrivs|Seccomp):" /proc/self/status; \
+	  ls /; touch /usr/x 2>&1 || true; cat /etc/shadow 2>&1 || true'
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	@test -z "$$(gofmt -l . | grep -v '^test/vm/cache' )" || { gofmt -l .; echo "gofmt needed"; exit 1; }
+
+test-unit: deps-test
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test)
+
+test-e2e: build deps-test
+	HUTCH_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -v ./test/... 2>&1 | tee /tmp/hutch-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|SKIP|\s+\S+_test.go)' ; \
+	  exit $${PIPESTATUS[0]}
+
+# The whole suite: formatting, vet, unit tests, end-to-end tests against the
+# real kernel (run as an unprivileged user when invoked as root).
+test: SHELL := /bin/bash
+test: build deps-test fmt vet
+	HUTCH_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./...
+
+bench: build deps-test
+	bash bench/run.sh
+
+clean:
+	rm -rf bin

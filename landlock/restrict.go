@@ -1,0 +1,28 @@
+package landlock
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// RestrictSelf sets no_new_privs and enforces the ruleset fd on the calling
+// thread (landlock_restrict_self(fd, 0)). Both are per-thread: the caller
+// must hold runtime.LockOSThread, and only that thread (and what it execs or
+// clones afterwards) is restricted. Other threads of a Go process are not;
+// use it right before execve. The fd is not closed.
+//
+// This is what hutch's exec stage does in C; RestrictSelf serves tests and
+// is a fallback.
+func RestrictSelf(fd int) error {
+	if fd < 0 {
+		return fmt.Errorf("landlock: no ruleset (fd %d)", fd)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("landlock: prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+	}
+	if _, _, e := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(fd), 0, 0); e != 0 {
+		return fmt.Errorf("landlock: landlock_restrict_self: %w", e)
+	}
+	return nil
+}

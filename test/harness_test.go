@@ -1,0 +1,220 @@
+// Package test holds hutch's end-to-end tests: they drive the built binary
+// (HUTCH_BIN, or a fresh build) against the real kernel, as an unprivileged
+// user. When the suite runs as root (CI), hutch runs as uid/gid 65534.
+package test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	hutchBin string // a copy of the binary the test user can execute
+	testUID  = os.Getuid()
+	testGID  = os.Getgid()
+	asRoot   = os.Getuid() == 0
+)
+
+func TestMain(m *testing.M) {
+	code, err := setup()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e setup:", err)
+		os.Exit(1)
+	}
+	if code >= 0 {
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+func setup() (int, error) {
+	src := os.Getenv("HUTCH_BIN")
+	dir, err := os.MkdirTemp("", "hutch-e2e-bin-")
+	if err != nil {
+		return 0, err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return 0, err
+	}
+	dst := filepath.Join(dir, "hutch")
+	if src == "" {
+		cmd := exec.Command("go", "build", "-o", dst, "../cmd/hutch")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return 0, fmt.Errorf("build hutch: %v\n%s", err, out)
+		}
+	} else {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return 0, fmt.Errorf("HUTCH_BIN: %w", err)
+		}
+		if err := os.WriteFile(dst, b, 0o755); err != nil {
+			return 0, err
+		}
+	}
+	hutchBin = dst
+	if asRoot {
+		testUID, testGID = 65534, 65534
+	}
+	return -1, nil
+}
+
+// userDir makes a temporary directory owned by the test user.
+func userDir(t *testing.T) string {
+	t.Helper()
+	d := t.TempDir()
+	// t.TempDir's parent is 0700 root-owned: make the chain traversable.
+	for p := d; p != os.TempDir() && p != "/"; p = filepath.Dir(p) {
+		os.Chmod(p, 0o755)
+	}
+	if err := os.Chown(d, testUID, testGID); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// writeUserFile writes a file owned by the test user.
+func writeUserFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(path, testUID, testGID); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(filepath.Dir(path), testUID, testGID)
+}
+
+// result of one hutch invocation.
+type result struct {
+	code           int
+	stdout, stderr string
+	elapsed        time.Duration
+}
+
+// opts for one hutch invocation.
+type opts struct {
+	dir        string    // working directory of hutch (the default workspace)
+	stdin      io.Reader // default: empty
+	env        []string  // extra environment for hutch itself
+	extraFiles []*os.File
+	timeout    time.Duration
+}
+
+// hutchCmd prepares hutch with args as the test user.
+func hutchCmd(o opts, args ...string) *exec.Cmd {
+	cmd := exec.Command(hutchBin, args...)
+	cmd.Dir = o.dir
+	home := "/nonexistent"
+	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home, "LANG=C.UTF-8"}, o.env...)
+	cmd.Stdin = o.stdin
+	cmd.ExtraFiles = o.extraFiles
+	if asRoot {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(testUID), Gid: uint32(testGID), NoSetGroups: true}}
+	}
+	return cmd
+}
+
+// hutch runs the binary and returns its exit code and output.
+func hutch(t *testing.T, o opts, args ...string) result {
+	t.Helper()
+	if o.timeout == 0 {
+		o.timeout = 60 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	cmd := hutchCmd(o, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start hutch: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("hutch %v did not finish within %s; stderr so far:\n%s", args, o.timeout, errb.String())
+	}
+	r := result{stdout: out.String(), stderr: errb.String(), elapsed: time.Since(start)}
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("hutch %v: %v", args, err)
+		}
+		r.code = ee.ExitCode()
+	}
+	return r
+}
+
+// sandboxSh runs a shell script in a fresh sandbox with workspace ws.
+func sandboxSh(t *testing.T, ws, script string, extra ...string) result {
+	t.Helper()
+	args := append([]string{"run"}, extra...)
+	args = append(args, "--", "/bin/sh", "-c", script)
+	return hutch(t, opts{dir: ws}, args...)
+}
+
+func mustCode(t *testing.T, r result, want int) {
+	t.Helper()
+	if r.code != want {
+		t.Fatalf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, want, r.stdout, r.stderr)
+	}
+}
+
+// processesWith lists host pids whose command line contains marker.
+func processesWith(marker string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		if strings.Contains(string(b), marker) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// waitGone waits (bounded) until no process carries marker.
+func waitGone(t *testing.T, marker string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		pids := processesWith(marker)
+		if len(pids) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes with %q still alive after %s: %v", marker, within, pids)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func uniqueMarker(t *testing.T) string {
+	return fmt.Sprintf("hutchmark%d%d", os.Getpid(), time.Now().UnixNano())
+}

@@ -1,0 +1,354 @@
+package test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The command runs as uid 1000 with every capability set empty and
+// no_new_privs, in its own session without a controlling terminal.
+func TestIdentityAndPrivileges(t *testing.T) {
+	ws := userDir(t)
+	r := sandboxSh(t, ws, `id -u; id -g; grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status; ps -o sid= -p $$; ps -o pid= -p $$; cat /proc/self/stat | cut -d' ' -f7`)
+	mustCode(t, r, 0)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) < 10 {
+		t.Fatalf("short output:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	}
+	if lines[0] != "1000" || lines[1] != "1000" {
+		t.Errorf("uid/gid inside = %s/%s, want 1000/1000", lines[0], lines[1])
+	}
+	for _, l := range lines[2:7] {
+		f := strings.Fields(l)
+		if len(f) != 2 || f[1] != "0000000000000000" {
+			t.Errorf("capability set not empty: %q", l)
+		}
+	}
+	if strings.Fields(lines[7])[1] != "1" {
+		t.Errorf("NoNewPrivs: %q, want 1", lines[7])
+	}
+	if strings.TrimSpace(lines[8]) != strings.TrimSpace(lines[9]) {
+		t.Errorf("the shell is not a session leader: sid %s pid %s", lines[8], lines[9])
+	}
+	if strings.TrimSpace(lines[10]) != "0" {
+		t.Errorf("tty_nr = %s, want 0 (no controlling terminal)", lines[10])
+	}
+}
+
+// rm -rf / inside destroys only the sandbox's writable parts; a host file
+// the same user could write, outside the workspace, survives.
+func TestRmRfRootLeavesHostUntouched(t *testing.T) {
+	ws := userDir(t)
+	writeUserFile(t, filepath.Join(ws, "in-workspace"), "x")
+	outside := userDir(t)
+	canary := filepath.Join(outside, "canary")
+	writeUserFile(t, canary, "still here")
+	r := sandboxSh(t, ws, `rm -rf --no-preserve-root / 2>/dev/null; rm -rf /* 2>/dev/null; rm -rf /.[!.]* 2>/dev/null; echo done; ls /usr/bin/sh; ls /dev/null /dev/stdout`)
+	if !strings.Contains(r.stdout, "done") || !strings.Contains(r.stdout, "/usr/bin/sh") || !strings.Contains(r.stdout, "/dev/stdout") {
+		t.Fatalf("rm -rf / run: code %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	b, err := os.ReadFile(canary)
+	if err != nil || string(b) != "still here" {
+		t.Fatalf("host canary damaged: %q, %v", b, err)
+	}
+	if _, err := os.Stat("/usr/bin/sh"); err != nil {
+		t.Fatalf("host /usr/bin/sh: %v", err)
+	}
+	// The workspace is read-write by design: its content is gone.
+	if _, err := os.Stat(filepath.Join(ws, "in-workspace")); !os.IsNotExist(err) {
+		t.Errorf("workspace file survived rm -rf / (err %v): is the workspace really read-write?", err)
+	}
+}
+
+// Host secrets are invisible: /etc/shadow, the user's home, a secret file
+// elsewhere on the host, /root, /run, and the host's user database.
+func TestHostIsInvisible(t *testing.T) {
+	ws := userDir(t)
+	home := userDir(t)
+	writeUserFile(t, filepath.Join(home, ".ssh", "id_ed25519"), "PRIVATE KEY")
+	secretDir := userDir(t)
+	secret := filepath.Join(secretDir, "secret.txt")
+	writeUserFile(t, secret, "TOPSECRET")
+	script := strings.Join([]string{
+		`for p in /etc/shadow /root ` + home + ` ` + home + `/.ssh/id_ed25519 ` + secret + ` ` + secretDir + ` /run/user /var/run /sys /boot; do`,
+		`  if [ -e "$p" ]; then echo "VISIBLE $p"; fi`,
+		`done`,
+		`cat /etc/passwd`,
+		`grep -rs TOPSECRET /etc /tmp /home /workspace /run /var /dev 2>/dev/null | head -1`,
+		`echo end`,
+	}, "\n")
+	r := hutch(t, opts{dir: ws, env: []string{"HOME=" + home}}, "run", "--", "/bin/sh", "-c", script)
+	mustCode(t, r, 0)
+	if strings.Contains(r.stdout, "VISIBLE") {
+		t.Errorf("host paths visible inside:\n%s", r.stdout)
+	}
+	if strings.Contains(r.stdout, "TOPSECRET") {
+		t.Errorf("host secret content reachable inside:\n%s", r.stdout)
+	}
+	host, _ := os.ReadFile("/etc/passwd")
+	if strings.Contains(r.stdout, string(host)) {
+		t.Errorf("the sandbox sees the host's /etc/passwd")
+	}
+	if !strings.Contains(r.stdout, "sandbox:x:1000:1000:") {
+		t.Errorf("synthesized /etc/passwd lacks the sandbox user:\n%s", r.stdout)
+	}
+	for _, l := range strings.Split(string(host), "\n") {
+		name, _, _ := strings.Cut(l, ":")
+		if name != "" && name != "root" && name != "nobody" && strings.Contains(r.stdout, "\n"+name+":") {
+			t.Errorf("host user %q appears in the sandbox's /etc/passwd", name)
+		}
+	}
+}
+
+// The tooling tree is read-only; the workspace is read-write and writes
+// land on the host; /tmp and HOME are writable scratch.
+func TestFilesystemWritability(t *testing.T) {
+	ws := userDir(t)
+	r := sandboxSh(t, ws, `
+touch /usr/hutch-x 2>&1
+touch /etc/hutch-x 2>&1
+touch /hutch-x 2>&1
+echo from-sandbox > /workspace/out.txt && echo ws-ok
+echo t > /tmp/t && echo tmp-ok
+echo h > $HOME/h && echo home-ok
+pwd`)
+	mustCode(t, r, 0)
+	for _, p := range []string{"/usr/hutch-x", "/etc/hutch-x", "/hutch-x"} {
+		if !strings.Contains(r.stdout, "touch: cannot touch '"+p+"': Read-only file system") {
+			t.Errorf("write to %s did not fail with EROFS:\n%s", p, r.stdout)
+		}
+	}
+	for _, w := range []string{"ws-ok", "tmp-ok", "home-ok", "/workspace"} {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("missing %q in output:\n%s", w, r.stdout)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(ws, "out.txt"))
+	if err != nil || string(b) != "from-sandbox\n" {
+		t.Fatalf("workspace write did not land on the host: %q %v", b, err)
+	}
+	var st syscall.Stat_t
+	syscall.Stat(filepath.Join(ws, "out.txt"), &st)
+	if int(st.Uid) != testUID {
+		t.Errorf("workspace file owned by host uid %d, want the invoking user %d", st.Uid, testUID)
+	}
+	if _, err := os.Stat("/usr/hutch-x"); err == nil {
+		t.Errorf("/usr/hutch-x exists on the host")
+	}
+}
+
+// Protected paths stay read-only inside the workspace, cannot be renamed
+// away, and cannot be created when missing; placeholders are removed.
+func TestProtectedPaths(t *testing.T) {
+	t.Run("existing", func(t *testing.T) {
+		ws := userDir(t)
+		writeUserFile(t, filepath.Join(ws, ".git", "config"), "[core]\n")
+		writeUserFile(t, filepath.Join(ws, ".git", "hooks", "pre-commit.sample"), "#!/bin/sh\n")
+		writeUserFile(t, filepath.Join(ws, ".git", "HEAD"), "ref: refs/heads/main\n")
+		r := sandboxSh(t, ws, `
+echo '[core] fsmonitor = evil' >> .git/config 2>/dev/null && echo WROTE-CONFIG
+echo evil > .git/hooks/post-checkout 2>/dev/null && echo WROTE-HOOK
+rm -f .git/config 2>/dev/null; [ -e .git/config ] || echo REMOVED-CONFIG
+mv .git .git-moved 2>/dev/null && echo MOVED-GIT
+mv .git/hooks .git/h2 2>/dev/null && echo MOVED-HOOKS
+echo ok > .git/HEAD && echo head-ok
+echo fine > notes.txt && echo ws-ok`)
+		mustCode(t, r, 0)
+		for _, bad := range []string{"WROTE-CONFIG", "WROTE-HOOK", "REMOVED-CONFIG", "MOVED-GIT", "MOVED-HOOKS"} {
+			if strings.Contains(r.stdout, bad) {
+				t.Errorf("protected path not protected: %s\n%s", bad, r.stdout)
+			}
+		}
+		if !strings.Contains(r.stdout, "head-ok") || !strings.Contains(r.stdout, "ws-ok") {
+			t.Errorf("ordinary workspace writes failed:\n%s\n%s", r.stdout, r.stderr)
+		}
+		if b, _ := os.ReadFile(filepath.Join(ws, ".git", "config")); string(b) != "[core]\n" {
+			t.Errorf(".git/config changed on the host: %q", b)
+		}
+	})
+	t.Run("missing", func(t *testing.T) {
+		ws := userDir(t)
+		r := sandboxSh(t, ws, `
+git init -q . 2>/dev/null && echo GIT-INIT
+mkdir -p .git/hooks 2>/dev/null && echo MADE-HOOKS
+echo x > .git/config 2>/dev/null && echo MADE-CONFIG
+echo ok`)
+		mustCode(t, r, 0)
+		for _, bad := range []string{"GIT-INIT", "MADE-HOOKS", "MADE-CONFIG"} {
+			if strings.Contains(r.stdout, bad) {
+				t.Errorf("missing protected path was creatable: %s\n%s", bad, r.stdout)
+			}
+		}
+		ents, _ := os.ReadDir(ws)
+		if len(ents) != 0 {
+			var names []string
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			t.Errorf("workspace not clean after the run (placeholders left?): %v", names)
+		}
+	})
+	t.Run("symlink-refused", func(t *testing.T) {
+		ws := userDir(t)
+		writeUserFile(t, filepath.Join(ws, ".git", "real-config"), "[core]\n")
+		if err := os.Symlink("real-config", filepath.Join(ws, ".git", "config")); err != nil {
+			t.Fatal(err)
+		}
+		r := sandboxSh(t, ws, `echo SHOULD-NOT-RUN`)
+		mustCode(t, r, 125)
+		if strings.Contains(r.stdout, "SHOULD-NOT-RUN") || !strings.Contains(r.stderr, ".git/config is a symlink") {
+			t.Errorf("symlinked protected path not refused clearly:\nstdout %s\nstderr %s", r.stdout, r.stderr)
+		}
+	})
+}
+
+func TestExitStatuses(t *testing.T) {
+	ws := userDir(t)
+	cases := []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"zero", []string{"--", "true"}, 0, ""},
+		{"three", []string{"--", "/bin/sh", "-c", "exit 3"}, 3, ""},
+		{"signal9", []string{"--", "/bin/sh", "-c", "kill -9 $$"}, 128 + 9, ""},
+		{"notfound", []string{"--", "no-such-command-hutch"}, 127, "hutch: command not found: no-such-command-hutch (searched PATH inside the sandbox"},
+		{"notfound-path", []string{"--", "/nonexistent/cmd"}, 127, "hutch: command not found: /nonexistent/cmd does not exist inside the sandbox"},
+		{"cannot-exec", []string{"--", "/etc/hostname"}, 126, "hutch: cannot execute /etc/hostname: execute the command: permission denied"},
+		{"timeout", []string{"--timeout", "1s", "--", "sleep", "1000"}, 124, "hutch: timed out after 1s; the command and all its processes were killed"},
+		{"bad-flag", []string{"--no-such-flag", "--", "true"}, 125, "flag provided but not defined: -no-such-flag"},
+		{"bad-timeout", []string{"--timeout", "soon", "--", "true"}, 125, "--timeout"},
+		{"no-command", []string{}, 125, "hutch: no command given"},
+		{"bad-workspace", []string{"--workspace", "/nonexistent/ws", "--", "true"}, 125, "workspace /nonexistent/ws"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := hutch(t, opts{dir: ws}, append([]string{"run"}, c.args...)...)
+			mustCode(t, r, c.code)
+			if c.stderr != "" && !strings.Contains(r.stderr, c.stderr) {
+				t.Errorf("stderr lacks %q:\n%s", c.stderr, r.stderr)
+			}
+			if c.stderr == "" && r.stderr != "" {
+				t.Errorf("unexpected stderr: %q", r.stderr)
+			}
+		})
+	}
+}
+
+func TestStdinStdoutPassThrough(t *testing.T) {
+	ws := userDir(t)
+	in := strings.Repeat("line of input\n", 5000)
+	r := hutch(t, opts{dir: ws, stdin: strings.NewReader(in)}, "run", "--", "/bin/sh", "-c", "cat; echo to-stderr >&2")
+	mustCode(t, r, 0)
+	if r.stdout != in {
+		t.Errorf("stdin did not come through unchanged: got %d bytes, want %d", len(r.stdout), len(in))
+	}
+	if r.stderr != "to-stderr\n" {
+		t.Errorf("stderr = %q", r.stderr)
+	}
+}
+
+func TestEnvironmentScrubbed(t *testing.T) {
+	ws := userDir(t)
+	r := hutch(t, opts{dir: ws, env: []string{"HUTCH_CANARY_TOKEN=s3cr3t", "SSH_AUTH_SOCK=/tmp/agent.sock", "AWS_SECRET_ACCESS_KEY=abc", "PASSME=yes", "TZ=UTC"}},
+		"run", "--env", "PASSME", "--env", "SETME=1", "--", "env")
+	mustCode(t, r, 0)
+	for _, leak := range []string{"s3cr3t", "SSH_AUTH_SOCK", "AWS_SECRET", "HUTCH_CANARY"} {
+		if strings.Contains(r.stdout, leak) {
+			t.Errorf("environment leaks %s:\n%s", leak, r.stdout)
+		}
+	}
+	for _, want := range []string{"PASSME=yes", "SETME=1", "HOME=/home/sandbox", "TZ=UTC", "USER=sandbox"} {
+		if !strings.Contains(r.stdout, want+"\n") {
+			t.Errorf("environment lacks %s:\n%s", want, r.stdout)
+		}
+	}
+}
+
+// A descriptor the caller leaves open (fd 9, on a host directory) does not
+// reach the command: only 0, 1 and 2 are open inside.
+func TestInheritedFDNotReachable(t *testing.T) {
+	ws := userDir(t)
+	hostDir := userDir(t)
+	writeUserFile(t, filepath.Join(hostDir, "host-only"), "x")
+	f, err := os.Open(hostDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// ExtraFiles[i] becomes fd 3+i: pad to reach fd 9.
+	var extra []*os.File
+	for i := 3; i < 9; i++ {
+		extra = append(extra, f)
+	}
+	extra = append(extra, f)
+	r := hutch(t, opts{dir: ws, extraFiles: extra}, "run", "--", "/bin/sh", "-c",
+		`ls /proc/self/fd/9/ 2>&1; ls /proc/$$/fd | tr '\n' ' '; echo; find / -xdev -name host-only 2>/dev/null; true`)
+	mustCode(t, r, 0)
+	if strings.Contains(r.stdout, "host-only") {
+		t.Fatalf("inherited fd 9 reaches the host directory:\n%s", r.stdout)
+	}
+	lines := strings.Split(r.stdout, "\n")
+	if len(lines) < 2 || strings.TrimSpace(lines[1]) != "0 1 2" {
+		t.Errorf("open fds of the shell = %q, want \"0 1 2\"", lines[1])
+	}
+}
+
+// The timeout kills the command and everything it started; nothing is left.
+func TestTimeoutLeavesNoProcess(t *testing.T) {
+	ws := userDir(t)
+	m := uniqueMarker(t)
+	r := hutch(t, opts{dir: ws}, "run", "--timeout", "1s", "--", "/bin/sh", "-c", "sleep 1000 & sleep 1000; : "+m)
+	mustCode(t, r, 124)
+	if r.elapsed > 15*time.Second {
+		t.Errorf("timeout of 1s took %s", r.elapsed)
+	}
+	waitGone(t, m, 2*time.Second)
+	waitGone(t, "hutch:init", 2*time.Second)
+}
+
+// SIGKILL of the supervisor takes the whole sandbox down.
+func TestSupervisorKillLeavesNoProcess(t *testing.T) {
+	ws := userDir(t)
+	m := uniqueMarker(t)
+	cmd := hutchCmd(opts{dir: ws}, "run", "--", "/bin/sh", "-c", "sleep 1000 & sleep 1000; : "+m)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(processesWith(m)) == 0 {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("sandboxed command never appeared")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	waitGone(t, m, 5*time.Second)
+}
+
+// The sandbox has its own hostname, pid namespace and network namespace
+// with only loopback.
+func TestNamespaces(t *testing.T) {
+	ws := userDir(t)
+	r := sandboxSh(t, ws, `hostname; ls /proc | grep -cE '^[0-9]+$'; cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '; cat /sys/class/net 2>&1 | head -1`)
+	mustCode(t, r, 0)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if lines[0] != "hutch" {
+		t.Errorf("hostname = %q, want hutch", lines[0])
+	}
+	if n := strings.TrimSpace(lines[1]); n != "4" && n != "3" && n != "5" {
+		t.Errorf("%s processes visible in /proc; want only the sandbox's few", n)
+	}
+	if lines[2] != "lo" || (len(lines) > 3 && !strings.Contains(lines[3], "No such file")) {
+		t.Errorf("network interfaces/sysfs inside: %q", lines[2:])
+	}
+}
