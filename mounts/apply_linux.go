@@ -273,6 +273,15 @@ func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
 // mountPoint creates an empty directory or file at p to mount onto.
 func mountPoint(p string, dir bool) error {
+	err := makeMountPoint(p, dir)
+	if errors.Is(err, unix.EROFS) {
+		inside := strings.TrimPrefix(p, StageDir)
+		return fmt.Errorf("the mount point %s does not exist inside an already mounted read-only tree, and cannot be created there; choose a target that exists, or one outside the tooling tree (e.g. /mnt/NAME): %w", inside, err)
+	}
+	return err
+}
+
+func makeMountPoint(p string, dir bool) error {
 	if dir {
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			return fmt.Errorf("create mount point: %w", err)

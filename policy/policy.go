@@ -129,6 +129,10 @@ type Network struct {
 	DiscoverRegistries bool `toml:"discover_registries"`
 	// Allow is the allowlist; every entry carries its reason.
 	Allow []AllowEntry `toml:"allow"`
+	// LocalPorts are loopback TCP ports inside the sandbox that commands
+	// may bind and connect to (a dev server and its tests). Landlock (ABI
+	// 4+) denies every other TCP bind and connect except the egress proxy.
+	LocalPorts []int `toml:"local_ports"`
 }
 
 // AllowEntry lets the sandbox reach one destination through the egress proxy.

@@ -135,6 +135,13 @@ func effectivePolicy(c *cli.Context) (*policy.Policy, error) {
 		}
 		p.Filesystem.ReadOnly = append(p.Filesystem.ReadOnly, policy.Bind{Source: src, Target: dst})
 	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, fmt.Errorf("current directory: %w", err)
+	}
+	if err := p.ResolvePaths(wd); err != nil {
+		return nil, err
+	}
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("effective policy (after flags): %w", err)
 	}

@@ -1,0 +1,367 @@
+package policy
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+const fullFile = `# every key, none at its default
+version = 1
+enforcement = "strict"
+
+[sandbox]
+uid = 1234
+gid = 2345
+hostname = "box.example"
+
+[filesystem]
+tooling = "rootfs:/srv/rootfs"
+workspace = "/home/dev/project"
+protected = [".git/hooks", ".git/config", ".env"]
+tmp_size = "1GiB"
+home_size = 134217728   # bytes
+shm_size = "32M"
+sys = true
+
+[[filesystem.read_only]]
+source = "/srv/data"
+target = "/data"
+
+[[filesystem.read_only]]
+source = "/opt/sdk"
+
+[resources]
+cpus = 1.5
+memory = "4GiB"
+pids = 256
+file_size = "512MiB"
+open_files = 1024
+timeout = "1h30m"
+
+[network]
+mode = "proxy"
+discover_registries = false
+local_ports = [3000, 8080]
+
+[[network.allow]]
+host = "registry.example.com"
+reason = "package downloads"
+
+[[network.allow]]
+host = "*.cdn.example.net"
+ports = [443, 8443]
+reason = "package tarballs"
+
+[[network.allow]]
+host = "192.0.2.10"
+ports = [80]
+reason = "the team's mirror"
+
+[lifecycle]
+session_idle = "15m"
+session_max = "2h"
+
+[environment]
+pass = ["PATH", "TERM", "GOFLAGS", "NPM_CONFIG_*"]
+
+[environment.set]
+CI = "1"
+GOPROXY = "off"
+
+[seccomp]
+profile = "/etc/hutch/seccomp.json"
+`
+
+func fullPolicy() *Policy {
+	return &Policy{
+		Version:     1,
+		Enforcement: EnforceStrict,
+		Sandbox:     Sandbox{UID: 1234, GID: 2345, Hostname: "box.example"},
+		Filesystem: Filesystem{
+			Tooling:   "rootfs:/srv/rootfs",
+			Workspace: "/home/dev/project",
+			Protected: []string{".git/hooks", ".git/config", ".env"},
+			ReadOnly:  []Bind{{Source: "/srv/data", Target: "/data"}, {Source: "/opt/sdk"}},
+			TmpSize:   GiB,
+			HomeSize:  128 * MiB,
+			ShmSize:   32 * MiB,
+			Sys:       true,
+		},
+		Resources: Resources{
+			CPUs:      1.5,
+			Memory:    4 * GiB,
+			Pids:      256,
+			FileSize:  512 * MiB,
+			OpenFiles: 1024,
+			Timeout:   Duration(90 * time.Minute),
+		},
+		Network: Network{
+			Mode:               NetProxy,
+			DiscoverRegistries: false,
+			LocalPorts:         []int{3000, 8080},
+			Allow: []AllowEntry{
+				{Host: "registry.example.com", Ports: []int{443}, Reason: "package downloads"},
+				{Host: "*.cdn.example.net", Ports: []int{443, 8443}, Reason: "package tarballs"},
+				{Host: "192.0.2.10", Ports: []int{80}, Reason: "the team's mirror"},
+			},
+		},
+		Lifecycle: Lifecycle{
+			SessionIdle: Duration(15 * time.Minute),
+			SessionMax:  Duration(2 * time.Hour),
+		},
+		Environment: Environment{
+			Pass: []string{"PATH", "TERM", "GOFLAGS", "NPM_CONFIG_*"},
+			Set:  map[string]string{"CI": "1", "GOPROXY": "off"},
+		},
+		Seccomp: Seccomp{Profile: "/etc/hutch/seccomp.json"},
+	}
+}
+
+func TestParseFullFile(t *testing.T) {
+	got, err := Parse([]byte(fullFile), "policy.toml")
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if want := fullPolicy(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Parse =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+func TestParseKeepsDefaults(t *testing.T) {
+	got, err := Parse([]byte(`
+[resources]
+memory = "8GiB"
+
+[environment.set]
+CI = "true"
+`), "policy.toml")
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	want := Default()
+	want.Resources.Memory = 8 * GiB
+	want.Environment.Set = map[string]string{"CI": "true"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Parse =\n%+v\nwant\n%+v", got, want)
+	}
+	// Spot-check concrete defaults, so that a change to Default shows here.
+	if got.Resources.Pids != 512 || got.Resources.Timeout.D() != 10*time.Minute ||
+		got.Filesystem.TmpSize != 512*MiB || got.Network.Mode != NetProxy ||
+		!reflect.DeepEqual(got.Filesystem.Protected, []string{".git/hooks", ".git/config"}) ||
+		!reflect.DeepEqual(got.Environment.Pass, []string{"PATH", "TERM", "LANG", "LANGUAGE", "LC_*", "TZ"}) {
+		t.Errorf("defaults not kept: %+v", got)
+	}
+
+	empty, err := Parse(nil, "empty.toml")
+	if err != nil || !reflect.DeepEqual(empty, Default()) {
+		t.Errorf("Parse(empty) = %+v, %v; want Default()", empty, err)
+	}
+}
+
+func TestParseListsReplaceDefaults(t *testing.T) {
+	got, err := Parse([]byte("[filesystem]\nprotected = []\n[environment]\npass = [\"PATH\"]\n"), "p.toml")
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if len(got.Filesystem.Protected) != 0 || !reflect.DeepEqual(got.Environment.Pass, []string{"PATH"}) {
+		t.Errorf("protected = %q, pass = %q; want [], [PATH]", got.Filesystem.Protected, got.Environment.Pass)
+	}
+}
+
+func TestLoadResolvesRelativePaths(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "hutch.toml")
+	data := `
+[filesystem]
+tooling = "rootfs:images/alpine"
+workspace = "."
+[[filesystem.read_only]]
+source = "../shared/data/"
+target = "/data"
+[seccomp]
+profile = "seccomp.json"
+`
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(path)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	fs := got.Filesystem
+	if fs.Tooling != "rootfs:"+filepath.Join(dir, "images/alpine") ||
+		fs.Workspace != dir ||
+		fs.ReadOnly[0].Source != filepath.Join(filepath.Dir(dir), "shared/data") ||
+		fs.ReadOnly[0].Target != "/data" ||
+		got.Seccomp.Profile != filepath.Join(dir, "seccomp.json") {
+		t.Errorf("paths not resolved against %s: %+v, seccomp %q", dir, fs, got.Seccomp.Profile)
+	}
+
+	_, err = Load(filepath.Join(dir, "missing.toml"))
+	if err == nil || !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), "missing.toml") {
+		t.Errorf("Load(missing) error = %v; want one naming the file, wrapping ErrNotExist", err)
+	}
+}
+
+func TestResolvePaths(t *testing.T) {
+	p := Default()
+	p.Filesystem.Workspace = "proj/"
+	p.Filesystem.Tooling = "rootfs:../img"
+	p.Filesystem.ReadOnly = []Bind{{Source: "data", Target: "/data"}, {Source: "/abs/./x"}}
+	p.Seccomp.Profile = "default"
+	if err := p.ResolvePaths("/home/dev"); err != nil {
+		t.Fatal(err)
+	}
+	if p.Filesystem.Workspace != "/home/dev/proj" || p.Filesystem.Tooling != "rootfs:/home/img" ||
+		p.Filesystem.ReadOnly[0] != (Bind{Source: "/home/dev/data", Target: "/data"}) ||
+		p.Filesystem.ReadOnly[1] != (Bind{Source: "/abs/x"}) || p.Seccomp.Profile != "default" {
+		t.Errorf("ResolvePaths: %+v, seccomp %q", p.Filesystem, p.Seccomp.Profile)
+	}
+	if err := p.Validate(); err != nil {
+		t.Errorf("Validate after ResolvePaths: %v", err)
+	}
+
+	p = Default()
+	p.Seccomp.Profile = "~/seccomp.json"
+	err := p.ResolvePaths("/home/dev")
+	want := `seccomp.profile: "~/seccomp.json": "~" is not expanded: write the path out in full`
+	if err == nil || err.Error() != want {
+		t.Errorf("ResolvePaths(~) = %v; want %s", err, want)
+	}
+}
+
+// TestParseErrors asserts the exact error text: file, line, key and what
+// would be valid.
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc, want string
+	}{
+		{
+			"unknown key",
+			"version = 1\n\n[filesystem]\ntooling = \"host\"\n\n# size of /tmp\ntmpsize = \"1GiB\"\n",
+			`policy.toml:7: unknown key "filesystem.tmpsize" (valid keys in [filesystem]: tooling, workspace, protected, read_only, tmp_size, home_size, shm_size, sys)`,
+		},
+		{
+			"unknown table",
+			"[filesystm]\ntmp_size = \"1GiB\"\n",
+			`policy.toml:1: unknown key "filesystm" (valid top-level keys: version, enforcement, sandbox, filesystem, resources, network, lifecycle, environment, seccomp)`,
+		},
+		{
+			"unknown key in an array of tables",
+			"[[network.allow]]\nhost = \"a.example.com\"\nreason = \"a\"\n\n[[network.allow]]\nhots = \"b.example.com\"\n",
+			`policy.toml:6: unknown key "network.allow[1].hots" (valid keys in [[network.allow]]: host, ports, reason)`,
+		},
+		{
+			"unknown key in an inline table",
+			"[network]\nallow = [{host = \"a.example.com\", reason = \"a\"}, {host = \"b.example.com\", why = \"b\"}]\n",
+			`policy.toml:2: unknown key "network.allow[1].why" (valid keys in [[network.allow]]: host, ports, reason)`,
+		},
+		{
+			"unknown nested table",
+			"[sandbox.extra.deep]\nz = 1\n",
+			`policy.toml:1: unknown key "sandbox.extra" (valid keys in [sandbox]: uid, gid, hostname)`,
+		},
+		{
+			"dotted key past a value",
+			"sandbox.uid.x = 1\n",
+			`policy.toml:1: sandbox.uid: want an integer, found a table`,
+		},
+		{
+			"bad size",
+			"[resources]\ncpus = 2\n\n\n\n\n\n\n\n\n\nmemory = \"12XB\"\n",
+			`policy.toml:12: resources.memory: bad size "12XB": want a number with a unit B, KiB, MiB, GiB or TiB (e.g. 512MiB)`,
+		},
+		{
+			"float size",
+			"[filesystem]\nshm_size = 1.5\n",
+			`policy.toml:2: filesystem.shm_size: want a size such as "512MiB" (or a whole number of bytes), found a float 1.5`,
+		},
+		{
+			"integer duration",
+			"[resources]\ntimeout = 600\n",
+			`policy.toml:2: resources.timeout: want a duration string such as "30s", "10m" or "1h30m", found an integer 600`,
+		},
+		{
+			"bad duration",
+			"[lifecycle]\nsession_max = \"forever\"\n",
+			`policy.toml:2: lifecycle.session_max: bad duration "forever": want a number with a unit ms, s, m or h (e.g. 30s, 10m, 1h30m)`,
+		},
+		{
+			"wrong type",
+			"[filesystem]\nsys = \"yes\"\n",
+			`policy.toml:2: filesystem.sys: want true or false, found a string`,
+		},
+		{
+			"missing reason",
+			"[[network.allow]]\nhost = \"a.example.com\"\nreason = \"a\"\n\n[[network.allow]]\nhost = \"b.example.com\"\n\n[[network.allow]]\nhost = \"example.com\"\nports = [443]\nreason = \"  \"\n",
+			`policy.toml:5: network.allow[1].reason: required: say why the sandbox needs b.example.com` + "\n" +
+				`policy.toml:11: network.allow[2].reason: required: say why the sandbox needs example.com`,
+		},
+		{
+			"bad port",
+			"[[network.allow]]\nhost = \"example.com\"\nports = [443, 70000]\nreason = \"x\"\n",
+			`policy.toml:3: network.allow[0].ports[1]: must be between 1 and 65535, not 70000`,
+		},
+		{
+			"bad tooling",
+			"[filesystem]\ntooling = \"docker\"\n",
+			`policy.toml:2: filesystem.tooling: must be "host" or "rootfs:" followed by an absolute directory, not "docker"`,
+		},
+		{
+			"relative protected with ..",
+			"[filesystem]\nprotected = [\".git/hooks\", \"../secrets\"]\n",
+			`policy.toml:2: filesystem.protected[1]: "../secrets" must stay inside the workspace: ".." is not allowed`,
+		},
+		{
+			"tilde",
+			"[filesystem]\nworkspace = \"~/src\"\n",
+			`policy.toml:2: filesystem.workspace: "~/src": "~" is not expanded: write the path out in full`,
+		},
+		{
+			"key set twice",
+			"version = 1\nversion = 1\n",
+			`policy.toml:2: version: set twice: a key may appear only once`,
+		},
+		{
+			"syntax error",
+			"[filesystem\n",
+			`policy.toml:1: expected ']' to close table name`,
+		},
+		{
+			"problems in file order, defaults last",
+			"[lifecycle]\nsession_idle = \"10h\"\n[sandbox]\nuid = 0\n",
+			`policy.toml:2: lifecycle.session_idle: 10h is longer than session_max (8h)` + "\n" +
+				`policy.toml:4: sandbox.uid: must be between 1 and 65533, not 0: the command must be unprivileged`,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse([]byte(tc.doc), "policy.toml")
+			if err == nil {
+				t.Fatalf("Parse succeeded (%+v); want error %s", p, tc.want)
+			}
+			if p != nil {
+				t.Errorf("Parse returned a policy with its error")
+			}
+			if err.Error() != tc.want {
+				t.Errorf("Parse error:\n%s\nwant:\n%s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseErrorDetails(t *testing.T) {
+	_, err := Parse([]byte("[resources]\n  pids = 0\n"), "dir/p.toml")
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("error %v (%T) is not an *Error", err, err)
+	}
+	want := Error{File: "dir/p.toml", Line: 2, Column: 3, Key: "resources.pids", Msg: "must be between 1 and 4194304, not 0"}
+	if *e != want {
+		t.Errorf("error = %+v; want %+v", *e, want)
+	}
+}

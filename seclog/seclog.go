@@ -1,0 +1,223 @@
+// Package seclog is hutch's one sink for security events: every denial the
+// sandbox causes (a syscall refused by seccomp, a blocked network
+// destination, a resource limit hit, a timeout) becomes one JSON object on
+// one line of the security log, written with log/slog. A Recorder also
+// keeps a per-run summary, so the caller can be told in words what was
+// blocked and why.
+package seclog
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Event kinds.
+const (
+	KindSeccomp = "seccomp" // a syscall denied by the seccomp profile
+	KindNetwork = "network" // a network destination blocked by policy
+	KindLimit   = "limit"   // a resource limit stopped the command
+	KindTimeout = "timeout" // the wall-clock timeout killed the command
+	KindSandbox = "sandbox" // sandbox lifecycle notes (e.g. enforcement gaps)
+)
+
+// Event is one security event.
+type Event struct {
+	// Kind is one of the Kind* constants.
+	Kind string
+	// Rule names what decided: e.g. "seccomp profile default: keyctl",
+	// "network.allow", "resources.pids".
+	Rule string
+	// Subject is what was blocked, in a word or two: a syscall name, a
+	// destination "host:port", a limit "512MiB".
+	Subject string
+	// Message is the sentence for the caller, without the "hutch: " prefix.
+	Message string
+	// Detail holds further structured fields (arguments, pid, counts).
+	Detail map[string]any
+	// Level is slog.LevelWarn for blocks, slog.LevelInfo for allowed
+	// traffic and notes.
+	Level slog.Level
+}
+
+// Log writes security events as JSON lines. It is safe for concurrent use.
+type Log struct {
+	logger *slog.Logger
+	closer io.Closer
+	path   string
+}
+
+// DefaultPath is $XDG_STATE_HOME/hutch/security.log, or
+// ~/.local/state/hutch/security.log; "" when neither is known.
+func DefaultPath() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "hutch", "security.log")
+	}
+	if h := os.Getenv("HOME"); h != "" && filepath.IsAbs(h) && h != "/nonexistent" {
+		return filepath.Join(h, ".local", "state", "hutch", "security.log")
+	}
+	return ""
+}
+
+// Open appends to the log at path, creating it (0600) and its directory
+// (0700) if needed.
+func Open(path string) (*Log, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("security log %s: create directory: %w", path, err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("security log %s: %w (choose another file with --security-log)", path, err)
+	}
+	return &Log{logger: slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})), closer: f, path: path}, nil
+}
+
+// New writes events to w (for tests and embedding).
+func New(w io.Writer) *Log {
+	return &Log{logger: slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+}
+
+// Discard returns a log that writes nothing.
+func Discard() *Log { return New(io.Discard) }
+
+// Path is the file the log writes to ("" when not a file).
+func (l *Log) Path() string { return l.path }
+
+// Close closes the log file.
+func (l *Log) Close() error {
+	if l.closer != nil {
+		return l.closer.Close()
+	}
+	return nil
+}
+
+// NewSandboxID returns a fresh random sandbox identifier.
+func NewSandboxID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Recorder records the events of one sandbox: it stamps them with the
+// sandbox id and command, writes them to the log, and counts them for the
+// caller's summary.
+type Recorder struct {
+	log     *Log
+	sandbox string
+	command string
+
+	mu      sync.Mutex
+	counts  map[string]int
+	first   map[string]Event
+	order   []string
+	nEvents int
+}
+
+// NewRecorder returns a recorder for the sandbox with id sandbox running
+// command (the argv, joined for display).
+func NewRecorder(l *Log, sandbox string, command []string) *Recorder {
+	if l == nil {
+		l = Discard()
+	}
+	return &Recorder{log: l, sandbox: sandbox, command: displayCommand(command), counts: map[string]int{}, first: map[string]Event{}}
+}
+
+func displayCommand(argv []string) string {
+	s := strings.Join(argv, " ")
+	if len(s) > 512 {
+		s = s[:509] + "..."
+	}
+	return s
+}
+
+// Sandbox is the recorder's sandbox id.
+func (r *Recorder) Sandbox() string { return r.sandbox }
+
+// SetCommand changes the command later events are attributed to (a
+// session runs many).
+func (r *Recorder) SetCommand(argv []string) {
+	r.mu.Lock()
+	r.command = displayCommand(argv)
+	r.mu.Unlock()
+}
+
+// Record writes ev to the log and, for blocks (Level ≥ Warn), counts it
+// for the summary.
+func (r *Recorder) Record(ev Event) {
+	r.mu.Lock()
+	cmd := r.command
+	if ev.Level >= slog.LevelWarn {
+		key := ev.Kind + "\x00" + ev.Subject
+		if r.counts[key] == 0 {
+			r.first[key] = ev
+			r.order = append(r.order, key)
+		}
+		r.counts[key]++
+		r.nEvents++
+	}
+	r.mu.Unlock()
+	attrs := []slog.Attr{
+		slog.String("sandbox", r.sandbox),
+		slog.String("command", cmd),
+		slog.String("kind", ev.Kind),
+		slog.String("rule", ev.Rule),
+		slog.String("subject", ev.Subject),
+	}
+	if len(ev.Detail) > 0 {
+		keys := make([]string, 0, len(ev.Detail))
+		for k := range ev.Detail {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var d []any
+		for _, k := range keys {
+			d = append(d, slog.Any(k, ev.Detail[k]))
+		}
+		attrs = append(attrs, slog.Group("detail", d...))
+	}
+	r.log.logger.LogAttrs(context.Background(), ev.Level, ev.Message, attrs...)
+}
+
+// Summary returns one "hutch: ..." line per distinct blocked subject since
+// the last call, in order of first occurrence, with counts, and resets.
+func (r *Recorder) Summary() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, key := range r.order {
+		ev, n := r.first[key], r.counts[key]
+		times := "1 time"
+		if n != 1 {
+			times = fmt.Sprintf("%d times", n)
+		}
+		if ev.Kind == KindNetwork {
+			if n == 1 {
+				times = "1 attempt"
+			} else {
+				times = fmt.Sprintf("%d attempts", n)
+			}
+		}
+		out = append(out, fmt.Sprintf("hutch: %s (%s)", ev.Message, times))
+	}
+	r.counts, r.first, r.order, r.nEvents = map[string]int{}, map[string]Event{}, nil, 0
+	return out
+}
+
+// Count is the number of blocks recorded since the last Summary.
+func (r *Recorder) Count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.nEvents
+}
+
+// Stamp returns the time format used in the log (RFC 3339, nanoseconds).
+func Stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
