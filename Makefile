@@ -12,7 +12,7 @@ BUILD_TAGS := netgo,osusergo
 LDFLAGS    := -s -w -X main.version=$(VERSION) -linkmode external -extldflags "-static"
 # Debian packages needed to build and test.
 DEB_BUILD  := gcc libc6-dev libseccomp-dev pkg-config
-DEB_TEST   := git make python3 curl bubblewrap hyperfine
+DEB_TEST   := git make python3 curl bubblewrap hyperfine busybox-static
 
 .PHONY: all build deps deps-test demo test test-unit test-e2e vet fmt clean bench
 

@@ -18,6 +18,7 @@ import (
 	"github.com/hutchsandbox/hutch/mounts"
 	"github.com/hutchsandbox/hutch/nsjail"
 	"github.com/hutchsandbox/hutch/policy"
+	"github.com/hutchsandbox/hutch/seclog"
 )
 
 // Exit codes of hutch's own failures (Docker's convention; timeout(1)'s).
@@ -54,7 +55,10 @@ type RunOptions struct {
 	ForwardSignals bool
 	// Timing asks for per-stage timings in the result.
 	Timing bool
-	Logger *slog.Logger
+	// SecurityLog receives the run's security events; nil discards them
+	// (the summary lines in Result.Messages are produced either way).
+	SecurityLog *seclog.Log
+	Logger      *slog.Logger
 }
 
 // Result is the outcome of a run.
@@ -69,6 +73,8 @@ type Result struct {
 	Messages []string
 	// Timing lists per-stage durations when requested.
 	Timing []nsjail.Stage
+	// SandboxID identifies the sandbox in the security log.
+	SandboxID string
 }
 
 // Run executes one command in a fresh sandbox and tears the sandbox down.
@@ -146,7 +152,17 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 		Stderr:     o.Stderr,
 		Logger:     o.Logger,
 	}
-	res := &Result{}
+	filter, profile, err := seccompFilter(ctx, p, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Seccomp = filter.BPF
+	rec := seclog.NewRecorder(o.SecurityLog, seclog.NewSandboxID(), o.Argv)
+	res := &Result{SandboxID: rec.Sandbox()}
+	if filter.NotifyUnavailable != "" {
+		rec.Record(seclog.Event{Kind: seclog.KindSandbox, Rule: "seccomp", Subject: "notification unavailable",
+			Message: "seccomp user notification unavailable (" + filter.NotifyUnavailable + "): denials are enforced but not logged", Level: slog.LevelInfo})
+	}
 	tPlan := time.Since(t0)
 	sctx, cancel := context.WithTimeout(ctx, initSetupBudget)
 	sb, err := nsjail.Start(sctx, cfg)
@@ -157,10 +173,29 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 	defer sb.Close()
 	tStart := time.Since(t0)
 
-	proc, err := sb.Exec(&nsjail.ExecRequest{
+	req := &nsjail.ExecRequest{
 		Argv: o.Argv, Env: env, Cwd: cwd,
 		Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
-	})
+	}
+	nctx, stopNotify := context.WithCancel(ctx)
+	defer stopNotify()
+	var notifyDone chan struct{}
+	if filter.Notify {
+		mine, child, err := notifyPair()
+		if err != nil {
+			return nil, err
+		}
+		req.Notify = child
+		notifyDone = make(chan struct{})
+		go func() {
+			defer close(notifyDone)
+			serveSeccomp(nctx, mine, filter, profile, rec)
+		}()
+	}
+	proc, err := sb.Exec(req)
+	if req.Notify != nil {
+		req.Notify.Close()
+	}
 	if err != nil {
 		return nil, &nsjail.SetupError{Op: "start the command", Err: err}
 	}
@@ -195,6 +230,12 @@ wait:
 		}
 	}
 	info := proc.Wait()
+	// The command is gone; its background processes die with the sandbox.
+	sb.Close()
+	stopNotify()
+	if notifyDone != nil {
+		<-notifyDone
+	}
 	switch {
 	case res.TimedOut:
 		res.ExitCode = ExitTimeout
@@ -208,6 +249,7 @@ wait:
 	default:
 		res.ExitCode = info.Code()
 	}
+	res.Messages = append(res.Messages, rec.Summary()...)
 	if o.Timing {
 		res.Timing = append(res.Timing, nsjail.Stage{Name: "supervisor.plan", Usec: tPlan.Microseconds()})
 		res.Timing = append(res.Timing, sb.Timing...)

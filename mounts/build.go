@@ -136,6 +136,10 @@ func Build(s *Spec) (*Plan, error) {
 	if s.Sys {
 		p.Add(Step{Kind: Sysfs, Target: "/sys", Why: "read-only sysfs (filesystem.sys)"})
 	}
+	// A marker for tools that want to know they are sandboxed (like
+	// /.dockerenv). It exists but, being outside every Landlock grant, is
+	// not readable: a visible file that Landlock alone keeps closed.
+	p.Add(Step{Kind: File, Target: "/.hutchenv", Mode: 0o444, Data: "hutch\n"})
 	p.Add(Step{Kind: Tmpfs, Target: "/tmp", Mode: 0o1777, Size: s.TmpSize, Why: "scratch /tmp"})
 	p.Add(Step{Kind: Symlink, Target: "/var/tmp", Data: "/tmp"})
 	p.Add(Step{Kind: Mkdir, Target: "/run", Mode: 0o755})

@@ -126,8 +126,19 @@ func (in *initState) setup() error {
 		in.llFD = fd
 		timing("init.landlock", time.Since(t0))
 	}
+	var netFDs []int
+	if s.Proxy {
+		t0 = time.Now()
+		fds, err := proxySockets()
+		if err != nil {
+			return err
+		}
+		defer closeAll(fds)
+		netFDs = fds
+		timing("init.proxy-sockets", time.Since(t0))
+	}
 	go in.reap()
-	return in.send(&message{Op: opReady, Ready: ready, Timing: in.timings})
+	return in.send(&message{Op: opReady, Ready: ready, Timing: in.timings}, netFDs...)
 }
 
 // loopbackUp brings up lo in the sandbox's fresh network namespace.
@@ -149,6 +160,43 @@ func loopbackUp() error {
 		return fmt.Errorf("bring up loopback: set flags: %w", err)
 	}
 	return nil
+}
+
+// proxySockets creates, inside the sandbox's network namespace, the HTTP
+// proxy and SOCKS5 listeners and the DNS socket on 127.0.0.1. The
+// supervisor serves them from the host side: a socket keeps the namespace
+// it was made in, so no per-connection hop runs inside the sandbox.
+func proxySockets() ([]int, error) {
+	var fds []int
+	mk := func(typ, port int, what string) error {
+		fd, err := unix.Socket(unix.AF_INET, typ|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("%s socket: %w", what, err)
+		}
+		fds = append(fds, fd)
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+			return fmt.Errorf("%s socket: %w", what, err)
+		}
+		if err := unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			return fmt.Errorf("%s socket: bind 127.0.0.1:%d: %w", what, port, err)
+		}
+		if typ == unix.SOCK_STREAM {
+			if err := unix.Listen(fd, 128); err != nil {
+				return fmt.Errorf("%s socket: listen: %w", what, err)
+			}
+		}
+		return nil
+	}
+	for _, s := range []struct {
+		typ, port int
+		what      string
+	}{{unix.SOCK_STREAM, ProxyHTTPPort, "HTTP proxy"}, {unix.SOCK_STREAM, ProxySOCKSPort, "SOCKS5 proxy"}, {unix.SOCK_DGRAM, DNSPort, "DNS"}} {
+		if err := mk(s.typ, s.port, s.what); err != nil {
+			closeAll(fds)
+			return nil, err
+		}
+	}
+	return fds, nil
 }
 
 // serve handles the supervisor's requests until it closes the socket.

@@ -54,6 +54,10 @@ type Sandbox struct {
 	Ready *Ready
 	// Timing is the init's per-stage timing, when requested.
 	Timing []Stage
+	// ProxyFiles are the egress proxy's sockets made inside the sandbox's
+	// network namespace (HTTP listener, SOCKS5 listener, DNS UDP socket),
+	// when Setup.Proxy was set. The caller serves them and closes them.
+	ProxyFiles []*os.File
 
 	initDone chan struct{}
 	release  chan struct{}
@@ -189,13 +193,13 @@ func Start(ctx context.Context, cfg *Config) (*Sandbox, error) {
 	}
 	type reply struct {
 		m   *message
+		fds []int
 		err error
 	}
 	rc := make(chan reply, 1)
 	go func() {
 		m, fds, err := s.ctrl.recv()
-		closeAll(fds)
-		rc <- reply{m, err}
+		rc <- reply{m, fds, err}
 	}()
 	var r reply
 	select {
@@ -208,8 +212,21 @@ func Start(ctx context.Context, cfg *Config) (*Sandbox, error) {
 		s.kill()
 		return nil, &SetupError{"build the sandbox", fmt.Errorf("the sandbox init exited during setup (%v)", r.err)}
 	}
+	if r.m.Op != opReady || !cfg.Setup.Proxy || len(r.fds) != 3 {
+		closeAll(r.fds)
+		r.fds = nil
+	}
 	switch r.m.Op {
 	case opReady:
+		if cfg.Setup.Proxy && r.fds == nil {
+			s.kill()
+			return nil, &SetupError{"build the sandbox", errors.New("the init did not hand over the egress proxy's sockets")}
+		}
+		for i, name := range []string{"proxy-http", "proxy-socks5", "dns"} {
+			if r.fds != nil {
+				s.ProxyFiles = append(s.ProxyFiles, os.NewFile(uintptr(r.fds[i]), name))
+			}
+		}
 		s.Ready, s.Timing = r.m.Ready, r.m.Timing
 	case opFail:
 		s.kill()

@@ -16,6 +16,9 @@ type Setup struct {
 	Seccomp bool `json:"seccomp"`
 	// Landlock, when non-nil, is turned into a ruleset after pivot_root.
 	Landlock *LandlockSpec `json:"landlock,omitempty"`
+	// Proxy asks the init to create the egress proxy's sockets inside the
+	// sandbox's network namespace and hand them over with Ready.
+	Proxy bool `json:"proxy,omitempty"`
 	// Timing asks the init to report per-stage timings.
 	Timing bool `json:"timing,omitempty"`
 }
@@ -34,6 +37,16 @@ type LandlockSpec struct {
 	ScopeSignal       bool     `json:"scope_signal,omitempty"`
 	Strict            bool     `json:"strict,omitempty"`
 }
+
+// Loopback ports, inside the sandbox's own network namespace, where the
+// supervisor serves the egress proxy and the DNS refuser. The namespace is
+// private to one sandbox, so fixed ports are safe and easy to document;
+// the init binds them before any command runs, so nothing can squat them.
+const (
+	ProxyHTTPPort  = 3128
+	ProxySOCKSPort = 1080
+	DNSPort        = 53
+)
 
 // Ready is the init's answer to a successful setup.
 type Ready struct {

@@ -42,6 +42,9 @@ type Event struct {
 	Subject string
 	// Message is the sentence for the caller, without the "hutch: " prefix.
 	Message string
+	// Hint, when set, follows the count in the caller's summary line
+	// ("see docs/SECCOMP.md").
+	Hint string
 	// Detail holds further structured fields (arguments, pid, counts).
 	Detail map[string]any
 	// Level is slog.LevelWarn for blocks, slog.LevelInfo for allowed
@@ -206,7 +209,11 @@ func (r *Recorder) Summary() []string {
 				times = fmt.Sprintf("%d attempts", n)
 			}
 		}
-		out = append(out, fmt.Sprintf("hutch: %s (%s)", ev.Message, times))
+		line := fmt.Sprintf("hutch: %s (%s)", ev.Message, times)
+		if ev.Hint != "" {
+			line += "; " + ev.Hint
+		}
+		out = append(out, line)
 	}
 	r.counts, r.first, r.order, r.nEvents = map[string]int{}, map[string]Event{}, nil, 0
 	return out

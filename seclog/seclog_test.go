@@ -15,7 +15,7 @@ func TestRecordWritesJSONLinesAndSummarizes(t *testing.T) {
 	r := NewRecorder(New(&buf), "abc123", []string{"sh", "-c", "keyctl show"})
 	for i := 0; i < 3; i++ {
 		r.Record(Event{Kind: KindSeccomp, Rule: "seccomp profile default", Subject: "keyctl",
-			Message: "blocked by seccomp policy: keyctl; see docs/SECCOMP.md", Level: slog.LevelWarn,
+			Message: "blocked by seccomp policy: keyctl", Hint: "see docs/SECCOMP.md", Level: slog.LevelWarn,
 			Detail: map[string]any{"pid": 7, "args": []uint64{1, 2}}})
 	}
 	r.Record(Event{Kind: KindNetwork, Subject: "evil.example:443", Message: "network blocked by policy: destination evil.example:443 not allowlisted", Level: slog.LevelWarn})
@@ -39,7 +39,7 @@ func TestRecordWritesJSONLinesAndSummarizes(t *testing.T) {
 	}
 	got := r.Summary()
 	want := []string{
-		"hutch: blocked by seccomp policy: keyctl; see docs/SECCOMP.md (3 times)",
+		"hutch: blocked by seccomp policy: keyctl (3 times); see docs/SECCOMP.md",
 		"hutch: network blocked by policy: destination evil.example:443 not allowlisted (1 attempt)",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

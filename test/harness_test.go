@@ -20,6 +20,7 @@ import (
 
 var (
 	hutchBin string // a copy of the binary the test user can execute
+	stateDir string // XDG state and cache home of the test user
 	testUID  = os.Getuid()
 	testGID  = os.Getgid()
 	asRoot   = os.Getuid() == 0
@@ -65,6 +66,14 @@ func setup() (int, error) {
 	hutchBin = dst
 	if asRoot {
 		testUID, testGID = 65534, 65534
+	}
+	stateDir, err = os.MkdirTemp("", "hutch-e2e-state-")
+	if err != nil {
+		return 0, err
+	}
+	os.Chmod(stateDir, 0o755)
+	if err := os.Chown(stateDir, testUID, testGID); err != nil {
+		return 0, err
 	}
 	return -1, nil
 }
@@ -119,7 +128,8 @@ func hutchCmd(o opts, args ...string) *exec.Cmd {
 	cmd := exec.Command(hutchBin, args...)
 	cmd.Dir = o.dir
 	home := "/nonexistent"
-	cmd.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home, "LANG=C.UTF-8"}, o.env...)
+	cmd.Env = append([]string{"PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home, "LANG=C.UTF-8",
+		"XDG_STATE_HOME=" + filepath.Join(stateDir, "state"), "XDG_CACHE_HOME=" + filepath.Join(stateDir, "cache")}, o.env...)
 	cmd.Stdin = o.stdin
 	cmd.ExtraFiles = o.extraFiles
 	if asRoot {

@@ -2,6 +2,7 @@ package test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -351,4 +352,85 @@ func TestNamespaces(t *testing.T) {
 	if lines[2] != "lo" || (len(lines) > 3 && !strings.Contains(lines[3], "No such file")) {
 		t.Errorf("network interfaces/sysfs inside: %q", lines[2:])
 	}
+}
+
+// A host that cannot make user namespaces gets exit 125 and the cause and
+// fix in words, never an unsandboxed run. user.max_user_namespaces is per
+// user namespace, so the test disables it inside one of its own.
+func TestNoUserNamespacesFailsClearly(t *testing.T) {
+	ws := userDir(t)
+	m := uniqueMarker(t)
+	cmd := hutchCmd(opts{dir: ws}, "run", "--", "/bin/sh", "-c", "touch "+m)
+	cmd.Path = "/usr/bin/unshare"
+	cmd.Args = append([]string{"unshare", "--user", "--map-root-user", "/bin/sh", "-c",
+		`echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" "$@"`, hutchBin}, cmd.Args[1:]...)
+	out, err := cmd.CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 125 {
+		t.Fatalf("exit %v, want 125; output:\n%s", err, out)
+	}
+	for _, want := range []string{"user namespaces are disabled", "sudo sysctl -w user.max_user_namespaces="} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(ws, m)); err == nil {
+		t.Errorf("the command ran without a sandbox")
+	}
+}
+
+// Tooling mode rootfs:DIR uses a directory tree as the read-only root
+// instead of the host's /usr: here a tiny busybox root.
+func TestRootfsTooling(t *testing.T) {
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Fatalf("busybox-static is a test dependency (make deps-test installs it): %v", err)
+	}
+	root := userDir(t)
+	writeUserFile(t, filepath.Join(root, "usr", "bin", "busybox"), "")
+	if err := os.WriteFile(filepath.Join(root, "usr", "bin", "busybox"), bb, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Join(root, "usr", "bin", "busybox"), 0o755)
+	for _, l := range []string{"sh", "cat", "ls", "id", "touch", "echo"} {
+		os.Symlink("busybox", filepath.Join(root, "usr", "bin", l))
+	}
+	os.Symlink("usr/bin", filepath.Join(root, "bin"))
+	writeUserFile(t, filepath.Join(root, "etc", "os-release"), "ID=hutch-test-root\n")
+	writeUserFile(t, filepath.Join(root, "etc", "passwd"), "root:x:0:0:HOST-ROOTFS-PASSWD:/:/bin/sh\n")
+	ws := userDir(t)
+	r := hutch(t, opts{dir: ws}, "run", "--tooling", "rootfs:"+root, "--", "/bin/sh", "-c",
+		`cat /etc/os-release; grep -c HOST-ROOTFS-PASSWD /etc/passwd; grep -c sandbox /etc/passwd; ls /usr/bin | wc -l; touch /usr/x 2>&1; [ -e /usr/bin/python3 ] && echo HOST-USR-VISIBLE; id -u`)
+	mustCode(t, r, 0)
+	for _, want := range []string{"ID=hutch-test-root", "\n0\n1\n", "Read-only file system", "1000"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("missing %q:\n%s\nstderr:\n%s", want, r.stdout, r.stderr)
+		}
+	}
+	if strings.Contains(r.stdout, "HOST-USR-VISIBLE") {
+		t.Errorf("host /usr visible in rootfs mode")
+	}
+}
+
+// hutch policy check names the file, line and key of a bad policy.
+func TestPolicyCheckCLI(t *testing.T) {
+	dir := userDir(t)
+	bad := filepath.Join(dir, "bad.toml")
+	writeUserFile(t, bad, "version = 1\n[resources]\nmemory = \"12XB\"\n")
+	r := hutch(t, opts{dir: dir}, "policy", "check", bad)
+	mustCode(t, r, 1)
+	if !strings.Contains(r.stderr, bad+":3: resources.memory: bad size \"12XB\"") {
+		t.Errorf("stderr: %s", r.stderr)
+	}
+	good := filepath.Join(dir, "good.toml")
+	writeUserFile(t, good, "version = 1\n[resources]\ntimeout = \"30s\"\n[[network.allow]]\nhost = \"pkgs.example.com\"\nreason = \"package mirror\"\n")
+	r = hutch(t, opts{dir: dir}, "policy", "check", good)
+	mustCode(t, r, 0)
+	r = hutch(t, opts{dir: dir}, "policy", "show", "--policy", good)
+	mustCode(t, r, 0)
+	if !strings.Contains(r.stdout, `timeout = "30s"`) || !strings.Contains(r.stdout, `reason = "package mirror"`) {
+		t.Errorf("policy show:\n%s", r.stdout)
+	}
+	r = hutch(t, opts{dir: dir}, "run", "--policy", bad, "--", "true")
+	mustCode(t, r, 125)
 }

@@ -23,6 +23,8 @@ import (
 	"github.com/hutchsandbox/hutch"
 	"github.com/hutchsandbox/hutch/nsjail"
 	"github.com/hutchsandbox/hutch/policy"
+	"github.com/hutchsandbox/hutch/seccompprofiles"
+	"github.com/hutchsandbox/hutch/seclog"
 )
 
 // version is set by the linker (-X main.version=...).
@@ -72,7 +74,7 @@ func newApp() *cli.App {
 		OnUsageError: func(c *cli.Context, err error, isSub bool) error {
 			return &exitError{hutch.ExitSetup, "hutch: " + err.Error() + " (see hutch " + c.Command.Name + " --help)"}
 		},
-		Commands: []*cli.Command{runCommand(), policyCommand()},
+		Commands: []*cli.Command{runCommand(), policyCommand(), seccompCommand()},
 	}
 }
 
@@ -153,6 +155,7 @@ func runCommand() *cli.Command {
 		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "set `K=V` inside, or pass K through from the caller (repeatable)"},
 		&cli.StringFlag{Name: "cwd", Usage: "working `DIR` inside (relative to /workspace)"},
 		&cli.BoolFlag{Name: "debug", Usage: "print per-stage timings and debug logs on stderr"},
+		&cli.StringFlag{Name: "security-log", Usage: "append security events (JSON lines) to `FILE` (default: $XDG_STATE_HOME/hutch/security.log)"},
 	)
 	return &cli.Command{
 		Name:      "run",
@@ -173,7 +176,23 @@ func runCommand() *cli.Command {
 			} else {
 				logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			}
+			seclogPath := c.String("security-log")
+			if seclogPath == "" {
+				seclogPath = seclog.DefaultPath()
+			}
+			var secLog *seclog.Log
+			if seclogPath != "" {
+				l, err := seclog.Open(seclogPath)
+				if err != nil {
+					return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+				}
+				defer l.Close()
+				secLog = l
+			} else {
+				fmt.Fprintln(os.Stderr, "hutch: warning: no security log (neither XDG_STATE_HOME nor HOME is set); pass --security-log FILE")
+			}
 			res, err := hutch.Run(c.Context, &hutch.RunOptions{
+				SecurityLog:    secLog,
 				Policy:         p,
 				Argv:           c.Args().Slice(),
 				HostEnv:        os.Environ(),
@@ -241,5 +260,31 @@ func policyCommand() *cli.Command {
 				},
 			},
 		},
+	}
+}
+
+func seccompCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "seccomp",
+		Usage: "inspect the seccomp profile",
+		Subcommands: []*cli.Command{{
+			Name:  "show",
+			Usage: "print the effective seccomp rules (built-in default, --policy file or --seccomp-profile)",
+			Flags: policyFlags(),
+			Action: func(c *cli.Context) error {
+				p, err := effectivePolicy(c)
+				if err != nil {
+					return &exitError{1, "hutch: " + err.Error()}
+				}
+				prof := seccompprofiles.Default()
+				if name := p.Seccomp.Profile; name != "" && name != policy.SeccompDefault {
+					if prof, err = seccompprofiles.LoadFile(name); err != nil {
+						return &exitError{1, "hutch: " + err.Error()}
+					}
+				}
+				fmt.Print(seccompprofiles.Describe(prof))
+				return nil
+			},
+		}},
 	}
 }

@@ -1,0 +1,143 @@
+package hutch
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutchsandbox/hutch/policy"
+	"github.com/hutchsandbox/hutch/seccompprofiles"
+	"github.com/hutchsandbox/hutch/seclog"
+)
+
+// seccompFilter loads the policy's profile and compiles it (through the
+// on-disk cache) with user notification, so denials can be reported.
+func seccompFilter(ctx context.Context, p *policy.Policy, logger *slog.Logger) (*seccompprofiles.Filter, string, error) {
+	name := p.Seccomp.Profile
+	var prof *seccompprofiles.Profile
+	if name == "" || name == policy.SeccompDefault {
+		name = "default"
+		prof = seccompprofiles.Default()
+	} else {
+		lp, err := seccompprofiles.LoadFile(name)
+		if err != nil {
+			return nil, "", err
+		}
+		prof = lp
+	}
+	cache := &seccompprofiles.Cache{Dir: seccompprofiles.DefaultCacheDir(), Logger: logger}
+	f, _, err := cache.Compile(ctx, prof, seccompprofiles.Options{Notify: true})
+	if err != nil {
+		return nil, "", fmt.Errorf("seccomp profile %s: %w", name, err)
+	}
+	return f, name, nil
+}
+
+// notifyPair makes the socketpair over which the exec stage sends its
+// seccomp listener: the child end goes to the sandbox, the other stays.
+func notifyPair() (mine, child *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("seccomp notification socket: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "seccomp-notify"), os.NewFile(uintptr(fds[1]), "seccomp-notify-child"), nil
+}
+
+// serveSeccomp receives the listener fd from the exec stage and answers its
+// notifications until ctx ends or no process uses the filter any more.
+// Every denial becomes a security event.
+func serveSeccomp(ctx context.Context, sock *os.File, f *seccompprofiles.Filter, profile string, rec *seclog.Recorder) {
+	defer sock.Close()
+	buf := make([]byte, 8)
+	oob := make([]byte, unix.CmsgSpace(4))
+	var oobn int
+	var err error
+	for {
+		_, oobn, _, _, err = unix.Recvmsg(int(sock.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil || oobn == 0 {
+		return // the exec stage failed before loading the filter, or had none
+	}
+	scms, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(scms) == 0 {
+		return
+	}
+	fds, err := unix.ParseUnixRights(&scms[0])
+	if err != nil || len(fds) == 0 {
+		return
+	}
+	lfd := fds[0]
+	defer unix.Close(lfd)
+	_ = seccompprofiles.Serve(ctx, lfd, f, func(d seccompprofiles.Denial, n seccompprofiles.Notification) {
+		errno := unix.Errno(d.Errno)
+		what := describeCall(d.Name, n.Args)
+		rec.Record(seclog.Event{
+			Kind:    seclog.KindSeccomp,
+			Rule:    "seccomp profile " + profile,
+			Subject: what,
+			Message: "blocked by seccomp policy: " + what,
+			Hint:    "see docs/SECCOMP.md",
+			Level:   slog.LevelWarn,
+			Detail: map[string]any{
+				"syscall": d.Name,
+				"args":    argsHex(n.Args),
+				"errno":   unix.ErrnoName(errno),
+				"pid":     n.Pid,
+				"reason":  d.Reason,
+			},
+		})
+	})
+}
+
+// describeCall names a denied call precisely where one syscall covers
+// several operations (an ioctl request, namespace flags, a signal to pid 1).
+func describeCall(name string, a [6]uint64) string {
+	switch name {
+	case "ioctl":
+		switch uint32(a[1]) {
+		case unix.TIOCSTI:
+			return "ioctl TIOCSTI (terminal input injection)"
+		case unix.TIOCLINUX:
+			return "ioctl TIOCLINUX"
+		}
+	case "clone", "unshare", "setns":
+		flags := a[0]
+		if name == "setns" {
+			flags = a[1]
+		}
+		var ns []string
+		for _, f := range []struct {
+			bit  uint64
+			name string
+		}{{unix.CLONE_NEWUSER, "CLONE_NEWUSER"}, {unix.CLONE_NEWNS, "CLONE_NEWNS"}, {unix.CLONE_NEWPID, "CLONE_NEWPID"},
+			{unix.CLONE_NEWNET, "CLONE_NEWNET"}, {unix.CLONE_NEWIPC, "CLONE_NEWIPC"}, {unix.CLONE_NEWUTS, "CLONE_NEWUTS"},
+			{unix.CLONE_NEWCGROUP, "CLONE_NEWCGROUP"}, {unix.CLONE_NEWTIME, "CLONE_NEWTIME"}} {
+			if flags&f.bit != 0 {
+				ns = append(ns, f.name)
+			}
+		}
+		if len(ns) > 0 {
+			return name + " " + strings.Join(ns, "|")
+		}
+	case "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_send_signal":
+		if a[0] == 1 {
+			return name + " of the sandbox's init (pid 1)"
+		}
+	}
+	return name
+}
+
+func argsHex(a [6]uint64) string {
+	s := make([]string, len(a))
+	for i, v := range a {
+		s[i] = fmt.Sprintf("%#x", v)
+	}
+	return strings.Join(s, ",")
+}

@@ -1,0 +1,199 @@
+package seccompprofiles
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	seccomp "github.com/seccomp/libseccomp-golang"
+	"golang.org/x/sys/unix"
+)
+
+// Notification is one notified syscall, as the supervisor received it.
+type Notification struct {
+	// ID is the kernel's notification id.
+	ID uint64
+	// Pid is the calling thread's id in the supervisor's pid namespace.
+	Pid uint32
+	// Arch is the AUDIT_ARCH_* value of the call's ABI.
+	Arch uint32
+	// Syscall is the syscall number in that ABI.
+	Syscall int32
+	// InstrPointer is the address of the syscall instruction.
+	InstrPointer uint64
+	// Args are the raw arguments.
+	Args [6]uint64
+}
+
+// struct seccomp_notif (80 bytes) and struct seccomp_notif_resp (24 bytes).
+type seccompNotif struct {
+	id    uint64
+	pid   uint32
+	flags uint32
+	nr    int32
+	arch  uint32
+	ip    uint64
+	args  [6]uint64
+}
+
+type seccompNotifResp struct {
+	id    uint64
+	val   int64
+	error int32
+	flags uint32
+}
+
+var (
+	_ [80 - unsafe.Sizeof(seccompNotif{})]byte
+	_ [unsafe.Sizeof(seccompNotif{}) - 80]byte
+	_ [24 - unsafe.Sizeof(seccompNotifResp{})]byte
+	_ [unsafe.Sizeof(seccompNotifResp{}) - 24]byte
+)
+
+// Serve answers the notifications of the listener fd of a filter compiled
+// from f (loaded with SECCOMP_FILTER_FLAG_NEW_LISTENER): each notified
+// syscall fails with the errno f.Lookup gives (never allowed, never
+// continued), then report is called with the denial and the notification.
+// report runs on Serve's goroutine after the reply, so a slow report only
+// delays later notifications; it may be nil.
+//
+// Serve returns nil when no process uses the filter any more (the sandbox
+// exited), ctx.Err() when ctx is done, and an error when the fd fails. It
+// does not close fd. Run one Serve per listener fd; different listeners
+// may be served concurrently.
+func Serve(ctx context.Context, fd int, f *Filter, report func(Denial, Notification)) error {
+	if f == nil {
+		return errors.New("seccomp notify: nil filter")
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return fmt.Errorf("seccomp notify: eventfd: %w", err)
+	}
+	defer unix.Close(wake)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-ctx.Done():
+			var one [8]byte
+			nativeEndian.PutUint64(one[:], 1)
+			_, _ = unix.Write(wake, one[:])
+		case <-done:
+		}
+	}()
+	defer wg.Wait()
+	defer close(done)
+
+	native := nativeArch()
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(wake), Events: unix.POLLIN}}
+	for {
+		fds[0].Revents, fds[1].Revents = 0, 0
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			return fmt.Errorf("seccomp notify: poll: %w", err)
+		}
+		if fds[1].Revents != 0 || ctx.Err() != nil {
+			return ctx.Err()
+		}
+		rev := fds[0].Revents
+		if rev&unix.POLLNVAL != 0 {
+			return fmt.Errorf("seccomp notify: listener fd %d is not open", fd)
+		}
+		if rev&unix.POLLIN == 0 {
+			if rev&(unix.POLLHUP|unix.POLLERR) != 0 {
+				return nil // every task using the filter has exited
+			}
+			continue
+		}
+		var req seccompNotif
+		if err := ioctlPtr(fd, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&req)); err != nil {
+			switch err {
+			case unix.EINTR, unix.ENOENT:
+				// ENOENT: the caller died, or was interrupted by a
+				// signal, before we received it.
+				continue
+			}
+			return fmt.Errorf("seccomp notify: receive: %w", err)
+		}
+		n := Notification{ID: req.id, Pid: req.pid, Arch: req.arch, Syscall: req.nr, InstrPointer: req.ip, Args: req.args}
+		d := f.lookupNotification(n, native)
+		resp := seccompNotifResp{id: req.id, error: -int32(d.Errno)}
+		if err := ioctlPtr(fd, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp)); err != nil {
+			// ENOENT: the caller died or was interrupted meanwhile;
+			// the denial is still worth reporting.
+			if err != unix.ENOENT && err != unix.EINTR {
+				return fmt.Errorf("seccomp notify: respond: %w", err)
+			}
+		}
+		if report != nil {
+			report(d, n)
+		}
+	}
+}
+
+func ioctlPtr(fd int, req uint, arg unsafe.Pointer) error {
+	for {
+		_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(req), uintptr(arg))
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return e
+		}
+		return nil
+	}
+}
+
+// lookupNotification resolves a notification to its denial, translating a
+// foreign ABI's syscall number through its name.
+func (f *Filter) lookupNotification(n Notification, native seccomp.ScmpArch) Denial {
+	arch := archFromAudit(n.Arch, n.Syscall)
+	if arch == native || arch == seccomp.ArchInvalid {
+		return f.Lookup(uint32(n.Syscall), n.Args)
+	}
+	name := syscallNameByArch(n.Syscall, arch)
+	if nr, ok := nativeNumber(name); ok {
+		d := f.Lookup(uint32(nr), n.Args)
+		d.Name = name
+		return d
+	}
+	d := f.Lookup(^uint32(0), n.Args) // no native equivalent: the default
+	d.Name = name
+	return d
+}
+
+func nativeNumber(name string) (int32, bool) {
+	nr, _, ok := resolveSyscall(name)
+	return nr, ok && nr >= 0
+}
+
+// archFromAudit maps an AUDIT_ARCH_* value (and, for x32, the syscall
+// number's __X32_SYSCALL_BIT) to libseccomp's architecture.
+func archFromAudit(audit uint32, nr int32) seccomp.ScmpArch {
+	switch audit {
+	case 0xc000003e: // AUDIT_ARCH_X86_64
+		if nr&0x40000000 != 0 {
+			return seccomp.ArchX32
+		}
+		return seccomp.ArchAMD64
+	case 0x40000003: // AUDIT_ARCH_I386
+		return seccomp.ArchX86
+	case 0xc00000b7: // AUDIT_ARCH_AARCH64
+		return seccomp.ArchARM64
+	case 0x40000028: // AUDIT_ARCH_ARM
+		return seccomp.ArchARM
+	case 0xc00000f3: // AUDIT_ARCH_RISCV64
+		return seccomp.ArchRISCV64
+	case 0x80000016: // AUDIT_ARCH_S390X
+		return seccomp.ArchS390X
+	case 0xc0000015: // AUDIT_ARCH_PPC64LE
+		return seccomp.ArchPPC64LE
+	}
+	return seccomp.ArchInvalid
+}
