@@ -1,0 +1,145 @@
+package mounts
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func find(p *Plan, kind Kind, target string) *Step {
+	for i := range p.Steps {
+		if p.Steps[i].Kind == kind && p.Steps[i].Target == target {
+			return &p.Steps[i]
+		}
+	}
+	return nil
+}
+
+func TestBuildHostPlan(t *testing.T) {
+	ws := t.TempDir()
+	p, err := Build(&Spec{Tooling: "host", Workspace: ws, WorkspaceMount: "/workspace", Home: "/home/sandbox",
+		TmpSize: 1 << 20, HomeSize: 1 << 20, ShmSize: 1 << 20, UID: 1000, GID: 1000, User: "sandbox", Hostname: "hutch",
+		ReadOnly: [][2]string{{"/etc/os-release", "/mnt/osr"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := find(p, Bind, "/usr"); s == nil || !s.ReadOnly || s.Source != "/usr" {
+		t.Errorf("/usr is not a read-only bind: %+v", s)
+	}
+	// Merged-/usr hosts get symlinks, others read-only binds.
+	if fi, err := os.Lstat("/bin"); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		to, _ := os.Readlink("/bin")
+		if s := find(p, Symlink, "/bin"); s == nil || s.Data != to {
+			t.Errorf("/bin should be the symlink %q: %+v", to, s)
+		}
+	} else if s := find(p, Bind, "/bin"); s == nil || !s.ReadOnly {
+		t.Errorf("/bin should be a read-only bind: %+v", s)
+	}
+	if s := find(p, Bind, "/workspace"); s == nil || s.ReadOnly || s.Source != ws {
+		t.Errorf("workspace bind: %+v", s)
+	}
+	if s := find(p, Bind, "/mnt/osr"); s == nil || !s.ReadOnly {
+		t.Errorf("extra read-only bind: %+v", s)
+	}
+	pw := find(p, File, "/etc/passwd")
+	if pw == nil || !strings.Contains(pw.Data, "sandbox:x:1000:1000:") || strings.Contains(pw.Data, "/bin/bash\nroot") {
+		t.Errorf("/etc/passwd: %+v", pw)
+	}
+	for _, secret := range []string{"/etc/shadow", "/etc/sudoers", "/etc/ssh", "/root", "/home", "/run/user"} {
+		for _, s := range p.Steps {
+			if s.Kind == Bind && (s.Source == secret || s.Target == secret) {
+				t.Errorf("plan binds %s", secret)
+			}
+		}
+	}
+	if find(p, Seal, "/dev") == nil || find(p, Proc, "/proc") == nil || find(p, Devpts, "/dev/pts") == nil {
+		t.Error("missing /dev seal, /proc or devpts")
+	}
+	if s := find(p, Tmpfs, "/tmp"); s == nil || s.Mode != 0o1777 || s.Size != 1<<20 {
+		t.Errorf("/tmp: %+v", s)
+	}
+}
+
+func TestBuildRejectsBadTooling(t *testing.T) {
+	_, err := Build(&Spec{Tooling: "docker:alpine", Workspace: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), `want "host" or "rootfs:DIR"`) {
+		t.Errorf("err = %v", err)
+	}
+	_, err = Build(&Spec{Tooling: "rootfs:/nonexistent/root", Workspace: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "tooling rootfs /nonexistent/root") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestPrepareProtected(t *testing.T) {
+	t.Run("existing", func(t *testing.T) {
+		ws := t.TempDir()
+		os.MkdirAll(filepath.Join(ws, ".git", "hooks"), 0o755)
+		os.WriteFile(filepath.Join(ws, ".git", "config"), nil, 0o644)
+		pr, err := PrepareProtected(ws, "/workspace", []string{".git/hooks", ".git/config"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, s := range pr.Steps {
+			got = append(got, string(s.Kind)+" "+s.Target)
+			if !s.NoSymlinks {
+				t.Errorf("%s must resolve without symlinks", s.Target)
+			}
+		}
+		want := "pin /workspace/.git,protect /workspace/.git/hooks,protect /workspace/.git/config"
+		if strings.Join(got, ",") != want {
+			t.Errorf("steps %v, want %s", got, want)
+		}
+		if len(pr.Placeholders) != 0 {
+			t.Errorf("placeholders for existing paths: %v", pr.Placeholders)
+		}
+	})
+	t.Run("missing", func(t *testing.T) {
+		ws := t.TempDir()
+		pr, err := PrepareProtected(ws, "/workspace", []string{".git/hooks", ".git/config"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pr.Placeholders) != 1 || pr.Placeholders[0] != filepath.Join(ws, ".git") {
+			t.Fatalf("placeholders %v, want only .git", pr.Placeholders)
+		}
+		if len(pr.Steps) != 1 || pr.Steps[0].Kind != Protect || pr.Steps[0].Target != "/workspace/.git" {
+			t.Errorf("steps %+v", pr.Steps)
+		}
+		if err := pr.Cleanup(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(ws, ".git")); !os.IsNotExist(err) {
+			t.Errorf("placeholder not removed: %v", err)
+		}
+	})
+	t.Run("git-file", func(t *testing.T) {
+		// A worktree's .git is a file pointing at the real git dir: it is
+		// itself protected, read-only.
+		ws := t.TempDir()
+		os.WriteFile(filepath.Join(ws, ".git"), []byte("gitdir: /elsewhere\n"), 0o644)
+		pr, err := PrepareProtected(ws, "/workspace", []string{".git/hooks"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pr.Steps) != 1 || pr.Steps[0].Kind != Protect || pr.Steps[0].Target != "/workspace/.git" {
+			t.Errorf("steps %+v", pr.Steps)
+		}
+	})
+	t.Run("symlink", func(t *testing.T) {
+		ws := t.TempDir()
+		os.Symlink("/etc", filepath.Join(ws, ".git"))
+		_, err := PrepareProtected(ws, "/workspace", []string{".git/hooks"})
+		if err == nil || !strings.Contains(err.Error(), "protected path .git/hooks: .git is a symlink") {
+			t.Errorf("err = %v", err)
+		}
+	})
+	t.Run("escape", func(t *testing.T) {
+		_, err := PrepareProtected(t.TempDir(), "/workspace", []string{"../x"})
+		if err == nil || !strings.Contains(err.Error(), "want a path relative to the workspace") {
+			t.Errorf("err = %v", err)
+		}
+	})
+}
