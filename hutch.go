@@ -98,6 +98,10 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	proxied := p.Network.Mode == policy.NetProxy
+	if proxied {
+		env = proxyEnv(env)
+	}
 	ws, err := ResolveWorkspace(p.Filesystem.Workspace)
 	if err != nil {
 		return nil, err
@@ -147,6 +151,7 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 			UID:      p.Sandbox.UID,
 			GID:      p.Sandbox.GID,
 			Timing:   o.Timing,
+			Proxy:    proxied,
 		},
 		Executable: o.Executable,
 		Stderr:     o.Stderr,
@@ -172,6 +177,13 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 	}
 	defer sb.Close()
 	tStart := time.Since(t0)
+	if proxied {
+		es, err := startEgress(ctx, p, ws, sb.ProxyFiles, rec, o.Logger)
+		if err != nil {
+			return nil, &nsjail.SetupError{Op: "start the egress proxy", Err: err}
+		}
+		defer es.stop()
+	}
 
 	req := &nsjail.ExecRequest{
 		Argv: o.Argv, Env: env, Cwd: cwd,
@@ -281,6 +293,9 @@ func landlockSpec(p *policy.Policy, plan *mounts.Plan) *nsjail.LandlockSpec {
 		if s.Kind == mounts.Bind && s.ReadOnly && s.Target != "/etc" && !strings.HasPrefix(s.Target, "/etc/") {
 			ls.ReadExec = append(ls.ReadExec, s.Target)
 		}
+	}
+	if p.Network.Mode == policy.NetProxy {
+		ls.ConnectTCP = append(ls.ConnectTCP, nsjail.ProxyHTTPPort, nsjail.ProxySOCKSPort)
 	}
 	for _, port := range p.Network.LocalPorts {
 		ls.ConnectTCP = append(ls.ConnectTCP, uint16(port))

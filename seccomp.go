@@ -29,6 +29,9 @@ func seccompFilter(ctx context.Context, p *policy.Policy, logger *slog.Logger) (
 		}
 		prof = lp
 	}
+	if ok, _ := seccompprofiles.NotifyAvailable(); ok {
+		prof = seccompprofiles.WatchNetwork(prof)
+	}
 	cache := &seccompprofiles.Cache{Dir: seccompprofiles.DefaultCacheDir(), Logger: logger}
 	f, _, err := cache.Compile(ctx, prof, seccompprofiles.Options{Notify: true})
 	if err != nil {
@@ -75,7 +78,7 @@ func serveSeccomp(ctx context.Context, sock *os.File, f *seccompprofiles.Filter,
 	}
 	lfd := fds[0]
 	defer unix.Close(lfd)
-	_ = seccompprofiles.Serve(ctx, lfd, f, func(d seccompprofiles.Denial, n seccompprofiles.Notification) {
+	_ = seccompprofiles.ServeWatch(ctx, lfd, f, netWatcher(rec), func(d seccompprofiles.Denial, n seccompprofiles.Notification) {
 		errno := unix.Errno(d.Errno)
 		what := describeCall(d.Name, n.Args)
 		rec.Record(seclog.Event{

@@ -41,7 +41,10 @@ func TestDocExample(t *testing.T) {
 	want := Default()
 	want.Filesystem.ReadOnly = []Bind{{Source: "/srv/datasets", Target: "/data"}}
 	want.Network.LocalPorts = []int{8080}
-	want.Network.Allow = []AllowEntry{{Host: "registry.example.com", Ports: []int{443}, Reason: "package downloads for the build"}}
+	want.Network.Allow = []AllowEntry{
+		{Host: "registry.example.com", Ports: []int{443}, Reason: "package downloads for the build"},
+		{Host: "mirror.example.internal", Ports: []int{8080}, Addresses: []string{"10.20.0.5"}, Reason: "the team's package mirror"},
+	}
 	want.Environment.Set = map[string]string{"CI": "1"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("the complete example is not the default policy plus its list entries:\n got %+v\nwant %+v", got, want)

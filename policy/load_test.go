@@ -62,6 +62,12 @@ host = "192.0.2.10"
 ports = [80]
 reason = "the team's mirror"
 
+[[network.allow]]
+host = "mirror.example.internal"
+ports = [8080]
+addresses = ["10.20.0.5"]
+reason = "internal mirror, pinned"
+
 [lifecycle]
 session_idle = "15m"
 session_max = "2h"
@@ -108,6 +114,7 @@ func fullPolicy() *Policy {
 				{Host: "registry.example.com", Ports: []int{443}, Reason: "package downloads"},
 				{Host: "*.cdn.example.net", Ports: []int{443, 8443}, Reason: "package tarballs"},
 				{Host: "192.0.2.10", Ports: []int{80}, Reason: "the team's mirror"},
+				{Host: "mirror.example.internal", Ports: []int{8080}, Addresses: []string{"10.20.0.5"}, Reason: "internal mirror, pinned"},
 			},
 		},
 		Lifecycle: Lifecycle{
@@ -254,12 +261,12 @@ func TestParseErrors(t *testing.T) {
 		{
 			"unknown key in an array of tables",
 			"[[network.allow]]\nhost = \"a.example.com\"\nreason = \"a\"\n\n[[network.allow]]\nhots = \"b.example.com\"\n",
-			`policy.toml:6: unknown key "network.allow[1].hots" (valid keys in [[network.allow]]: host, ports, reason)`,
+			`policy.toml:6: unknown key "network.allow[1].hots" (valid keys in [[network.allow]]: host, ports, addresses, reason)`,
 		},
 		{
 			"unknown key in an inline table",
 			"[network]\nallow = [{host = \"a.example.com\", reason = \"a\"}, {host = \"b.example.com\", why = \"b\"}]\n",
-			`policy.toml:2: unknown key "network.allow[1].why" (valid keys in [[network.allow]]: host, ports, reason)`,
+			`policy.toml:2: unknown key "network.allow[1].why" (valid keys in [[network.allow]]: host, ports, addresses, reason)`,
 		},
 		{
 			"unknown nested table",

@@ -141,6 +141,10 @@ type AllowEntry struct {
 	Host string `toml:"host"`
 	// Ports defaults to [443].
 	Ports []int `toml:"ports"`
+	// Addresses, when set, pins Host to these IP addresses: the proxy
+	// connects to them without resolving the name, and they may be
+	// internal (loopback, private), since the entry names them explicitly.
+	Addresses []string `toml:"addresses"`
 	// Reason says why the sandbox needs this destination. Required.
 	Reason string `toml:"reason"`
 }

@@ -84,12 +84,16 @@ func (p *Policy) Marshal() ([]byte, error) {
 	if len(n.Allow) == 0 {
 		w("# Allowlist entries, any number of:\n")
 		w("# [[network.allow]]\n# host = \"registry.example.com\"   # or \"*.example.com\", or an IP address\n")
-		w("# ports = [443]                    # the default\n# reason = \"why the sandbox needs it\"   # required\n")
+		w("# ports = [443]                    # the default\n# addresses = [\"10.0.0.5\"]        # optional: pin the name to these addresses (may be internal)\n")
+		w("# reason = \"why the sandbox needs it\"   # required\n")
 	}
 	for _, a := range n.Allow {
 		w("\n[[network.allow]]\nhost = %s\n", q(a.Host))
 		if len(a.Ports) > 0 {
 			w("ports = %s\n", intArray(a.Ports))
+		}
+		if len(a.Addresses) > 0 {
+			w("addresses = %s\n", stringArray(a.Addresses))
 		}
 		w("reason = %s\n", q(a.Reason))
 	}

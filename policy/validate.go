@@ -198,6 +198,14 @@ func (v *validator) network(n *Network) {
 				v.bad(fmt.Sprintf("%s.ports[%d]", key, j), "must be between 1 and 65535, not %d", port)
 			}
 		}
+		for j, addr := range a.Addresses {
+			if _, err := netip.ParseAddr(addr); err != nil || strings.Contains(addr, "%") {
+				v.bad(fmt.Sprintf("%s.addresses[%d]", key, j), "want an IPv4 or IPv6 address (no brackets, ports or zones), not %q", addr)
+			}
+		}
+		if len(a.Addresses) > 0 && strings.HasPrefix(a.Host, "*.") {
+			v.bad(key+".addresses", "cannot pin a wildcard host %q to addresses; name the host exactly", a.Host)
+		}
 		if strings.TrimSpace(a.Reason) == "" {
 			what := "this destination"
 			if a.Host != "" {

@@ -64,6 +64,10 @@ var (
 // does not close fd. Run one Serve per listener fd; different listeners
 // may be served concurrently.
 func Serve(ctx context.Context, fd int, f *Filter, report func(Denial, Notification)) error {
+	return serve(ctx, fd, f, nil, report)
+}
+
+func serve(ctx context.Context, fd int, f *Filter, watch func(Notification, MemReader) Verdict, report func(Denial, Notification)) error {
 	if f == nil {
 		return errors.New("seccomp notify: nil filter")
 	}
@@ -123,6 +127,25 @@ func Serve(ctx context.Context, fd int, f *Filter, report func(Denial, Notificat
 		}
 		n := Notification{ID: req.id, Pid: req.pid, Arch: req.arch, Syscall: req.nr, InstrPointer: req.ip, Args: req.args}
 		d := f.lookupNotification(n, native)
+		if d.Reason == WatchComment {
+			v := Verdict{Errno: int(unix.EACCES)}
+			if watch != nil {
+				v = watch(n, memReader(fd, n))
+			}
+			resp := seccompNotifResp{id: req.id}
+			if v.Continue {
+				resp.flags = unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
+			} else {
+				if v.Errno == 0 {
+					v.Errno = int(unix.EACCES)
+				}
+				resp.error = -int32(v.Errno)
+			}
+			if err := ioctlPtr(fd, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp)); err != nil && err != unix.ENOENT && err != unix.EINTR {
+				return fmt.Errorf("seccomp notify: respond: %w", err)
+			}
+			continue
+		}
 		resp := seccompNotifResp{id: req.id, error: -int32(d.Errno)}
 		if err := ioctlPtr(fd, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp)); err != nil {
 			// ENOENT: the caller died or was interrupted meanwhile;

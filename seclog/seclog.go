@@ -118,12 +118,19 @@ type Recorder struct {
 	sandbox string
 	command string
 
-	mu      sync.Mutex
-	counts  map[string]int
-	first   map[string]Event
-	order   []string
-	nEvents int
+	mu       sync.Mutex
+	counts   map[string]int
+	first    map[string]Event
+	order    []string
+	nEvents  int
+	overflow int // blocks of subjects beyond MaxSummarySubjects
 }
+
+// MaxSummarySubjects bounds the distinct subjects a summary lists: a
+// sandbox that tries endless distinct destinations must not grow the
+// supervisor's memory or the caller's stderr without bound. Every event
+// still goes to the log.
+const MaxSummarySubjects = 64
 
 // NewRecorder returns a recorder for the sandbox with id sandbox running
 // command (the argv, joined for display).
@@ -160,11 +167,16 @@ func (r *Recorder) Record(ev Event) {
 	cmd := r.command
 	if ev.Level >= slog.LevelWarn {
 		key := ev.Kind + "\x00" + ev.Subject
-		if r.counts[key] == 0 {
+		switch {
+		case r.counts[key] > 0:
+			r.counts[key]++
+		case len(r.order) < MaxSummarySubjects:
 			r.first[key] = ev
 			r.order = append(r.order, key)
+			r.counts[key]++
+		default:
+			r.overflow++
 		}
-		r.counts[key]++
 		r.nEvents++
 	}
 	r.mu.Unlock()
@@ -215,7 +227,14 @@ func (r *Recorder) Summary() []string {
 		}
 		out = append(out, line)
 	}
-	r.counts, r.first, r.order, r.nEvents = map[string]int{}, map[string]Event{}, nil, 0
+	if r.overflow > 0 {
+		where := "the security log"
+		if r.log.path != "" {
+			where = r.log.path
+		}
+		out = append(out, fmt.Sprintf("hutch: %d more blocked attempts of other kinds or destinations; see %s", r.overflow, where))
+	}
+	r.counts, r.first, r.order, r.nEvents, r.overflow = map[string]int{}, map[string]Event{}, nil, 0, 0
 	return out
 }
 

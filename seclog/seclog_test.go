@@ -87,3 +87,17 @@ func TestDefaultPath(t *testing.T) {
 		t.Errorf("DefaultPath = %q", got)
 	}
 }
+
+func TestSummaryIsBounded(t *testing.T) {
+	r := NewRecorder(Discard(), "x", nil)
+	for i := 0; i < MaxSummarySubjects+10; i++ {
+		r.Record(Event{Kind: KindNetwork, Subject: strings.Repeat("a", i+1), Message: "blocked", Level: slog.LevelWarn})
+	}
+	got := r.Summary()
+	if len(got) != MaxSummarySubjects+1 {
+		t.Fatalf("%d lines, want %d", len(got), MaxSummarySubjects+1)
+	}
+	if got[len(got)-1] != "hutch: 10 more blocked attempts of other kinds or destinations; see the security log" {
+		t.Errorf("last line %q", got[len(got)-1])
+	}
+}

@@ -15,7 +15,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -90,6 +92,8 @@ func policyFlags() []cli.Flag {
 		&cli.StringFlag{Name: "net", Usage: "network mode: proxy (default deny, allowlist through the egress proxy) or none"},
 		&cli.StringFlag{Name: "tmp-size", Usage: "size cap of /tmp, e.g. 512MiB"},
 		&cli.StringFlag{Name: "seccomp-profile", Usage: "Docker/OCI seccomp profile `FILE` instead of the built-in allowlist"},
+		&cli.StringSliceFlag{Name: "allow", Usage: "allowlist `HOST[:PORT][=ADDR]` for this run (port default 443; =ADDR pins the name to that address; repeatable)"},
+		&cli.BoolFlag{Name: "no-discover", Usage: "do not allowlist the package registries the host's tools are configured to use"},
 	}
 }
 
@@ -130,6 +134,16 @@ func effectivePolicy(c *cli.Context) (*policy.Policy, error) {
 	if v := c.String("seccomp-profile"); v != "" {
 		p.Seccomp.Profile = v
 	}
+	for _, a := range c.StringSlice("allow") {
+		e, err := allowFlag(a)
+		if err != nil {
+			return nil, err
+		}
+		p.Network.Allow = append(p.Network.Allow, e)
+	}
+	if c.Bool("no-discover") {
+		p.Network.DiscoverRegistries = false
+	}
 	for _, b := range c.StringSlice("ro-bind") {
 		src, dst, _ := strings.Cut(b, ":")
 		if src == "" {
@@ -148,6 +162,30 @@ func effectivePolicy(c *cli.Context) (*policy.Policy, error) {
 		return nil, fmt.Errorf("effective policy (after flags): %w", err)
 	}
 	return p, nil
+}
+
+// allowFlag parses --allow HOST[:PORT][=ADDR[,ADDR]] (IPv6 literals in
+// brackets); =ADDR pins HOST to those addresses.
+func allowFlag(a string) (policy.AllowEntry, error) {
+	e := policy.AllowEntry{Host: a, Reason: "command line (--allow)"}
+	if dest, addrs, ok := strings.Cut(a, "="); ok {
+		e.Addresses = strings.Split(addrs, ",")
+		a, e.Host = dest, dest
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err == nil {
+		n, perr := strconv.Atoi(port)
+		if perr != nil || n < 1 || n > 65535 {
+			return e, fmt.Errorf("--allow %q: port %q: want a number 1..65535", a, port)
+		}
+		e.Host, e.Ports = host, []int{n}
+	} else if strings.HasPrefix(a, "[") && strings.HasSuffix(a, "]") {
+		e.Host = strings.Trim(a, "[]")
+	}
+	if e.Host == "" {
+		return e, fmt.Errorf("--allow %q: want HOST or HOST:PORT, e.g. pkgs.example.com:443", a)
+	}
+	return e, nil
 }
 
 func runCommand() *cli.Command {
@@ -241,6 +279,14 @@ func policyCommand() *cli.Command {
 						return &exitError{1, "hutch: " + err.Error()}
 					}
 					os.Stdout.Write(b)
+					if p.Network.Mode == policy.NetProxy && p.Network.DiscoverRegistries {
+						ws, _ := hutch.ResolveWorkspace(p.Filesystem.Workspace)
+						found := hutch.DiscoverRegistries(c.Context, ws, true)
+						fmt.Printf("\n# Discovered at run time (network.discover_registries = true): %d registries the\n# host's own tools are configured to use. Each is allowlisted with this reason.\n", len(found))
+						for _, d := range found {
+							fmt.Printf("# [[network.allow]] host = %q ports = %v reason = %q\n", d.Entry.Host, d.Entry.Ports, d.Entry.Reason)
+						}
+					}
 					return nil
 				},
 			},

@@ -1,0 +1,165 @@
+package hutch
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hutchsandbox/hutch/egress"
+	"github.com/hutchsandbox/hutch/nsjail"
+	"github.com/hutchsandbox/hutch/policy"
+	"github.com/hutchsandbox/hutch/seclog"
+)
+
+// registryCacheTTL bounds how long discovered registries are reused.
+// Discovery asks the host's own tools (npm, go), which costs hundreds of
+// milliseconds; a command should not pay that each time.
+const registryCacheTTL = 10 * time.Minute
+
+// discoveryEnv are the variables that change what discovery finds; they
+// key the cache.
+var discoveryEnv = []string{"HOME", "PATH", "npm_config_registry", "NPM_CONFIG_REGISTRY", "GOPROXY", "GOSUMDB", "GOFLAGS",
+	"PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CONFIG_FILE", "CARGO_HOME", "XDG_CONFIG_HOME"}
+
+// DiscoverRegistries returns the package registries the host's tools are
+// configured to use, each as an allowlist entry with its reason. Results
+// are cached for ten minutes under the user's cache directory; fresh
+// forces a new discovery. workspace is never trusted as a source.
+func DiscoverRegistries(ctx context.Context, workspace string, fresh bool) []egress.Discovered {
+	h := sha256.New()
+	for _, k := range discoveryEnv {
+		h.Write([]byte(k + "=" + os.Getenv(k) + "\x00"))
+	}
+	h.Write([]byte(workspace))
+	key := hex.EncodeToString(h.Sum(nil))[:24]
+	dir := cacheDir()
+	path := ""
+	if dir != "" {
+		path = filepath.Join(dir, "registries-"+key+".json")
+		if fi, err := os.Stat(path); err == nil && !fresh && time.Since(fi.ModTime()) < registryCacheTTL {
+			var d []egress.Discovered
+			if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &d) == nil {
+				return d
+			}
+		}
+	}
+	d := egress.Discover(ctx, egress.SystemHost(workspace))
+	if path != "" && ctx.Err() == nil {
+		if b, err := json.Marshal(d); err == nil && os.MkdirAll(dir, 0o700) == nil {
+			tmp := path + ".tmp" + key
+			if os.WriteFile(tmp, b, 0o600) == nil {
+				_ = os.Rename(tmp, path)
+			}
+		}
+	}
+	return d
+}
+
+func cacheDir() string {
+	if d := os.Getenv("XDG_CACHE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "hutch")
+	}
+	if h := os.Getenv("HOME"); filepath.IsAbs(h) && h != "/nonexistent" {
+		return filepath.Join(h, ".cache", "hutch")
+	}
+	return ""
+}
+
+// egressServer runs the egress proxy for one sandbox on the sockets its
+// init made inside the sandbox's network namespace.
+type egressServer struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// startEgress serves the proxy, the SOCKS5 proxy and the DNS refuser. The
+// allowlist (which may need discovery) is built in the background:
+// connections wait in the listen backlog meanwhile, and a command that
+// never uses the network never waits for it.
+func startEgress(ctx context.Context, p *policy.Policy, workspace string, files []*os.File, rec *seclog.Recorder, logger *slog.Logger) (*egressServer, error) {
+	httpLn, err := net.FileListener(files[0])
+	if err != nil {
+		return nil, err
+	}
+	socksLn, err := net.FileListener(files[1])
+	if err != nil {
+		httpLn.Close()
+		return nil, err
+	}
+	dnsPC, err := net.FilePacketConn(files[2])
+	if err != nil {
+		httpLn.Close()
+		socksLn.Close()
+		return nil, err
+	}
+	for _, f := range files {
+		f.Close()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	es := &egressServer{cancel: cancel}
+	es.wg.Add(1)
+	go func() {
+		defer es.wg.Done()
+		allow := append([]policy.AllowEntry(nil), p.Network.Allow...)
+		if p.Network.DiscoverRegistries {
+			for _, d := range DiscoverRegistries(ctx, workspace, false) {
+				allow = append(allow, d.Entry)
+			}
+		}
+		px, err := egress.New(egress.Config{Allow: allow, Recorder: rec, Logger: logger})
+		if err != nil {
+			if logger != nil {
+				logger.Error("egress proxy", "err", err)
+			}
+			httpLn.Close()
+			socksLn.Close()
+			dnsPC.Close()
+			return
+		}
+		var wg sync.WaitGroup
+		wg.Add(3)
+		go func() { defer wg.Done(); _ = px.ServeHTTP(ctx, httpLn) }()
+		go func() { defer wg.Done(); _ = px.ServeSOCKS5(ctx, socksLn) }()
+		go func() { defer wg.Done(); _ = px.ServeDNS(ctx, dnsPC) }()
+		wg.Wait()
+	}()
+	return es, nil
+}
+
+// stop ends the proxy and waits for its connections to close.
+func (es *egressServer) stop() {
+	if es == nil {
+		return
+	}
+	es.cancel()
+	es.wg.Wait()
+}
+
+// proxyEnv is the environment that points tools at the egress proxy.
+func proxyEnv(env []string) []string {
+	out := append([]string(nil), env...)
+	seen := map[string]int{}
+	for i, kv := range out {
+		k, _, _ := strings.Cut(kv, "=")
+		seen[k] = i
+	}
+	for _, kv := range egress.Env(nsjail.ProxyHTTPPort, nsjail.ProxySOCKSPort) {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := seen[k]; ok {
+			out[i] = kv
+		} else {
+			out = append(out, kv)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,147 @@
+// Package vm is hutch's VM test tier: each test boots a real cgroup v2 host
+// (Debian's cloud kernel 6.1, Landlock ABI 2) under qemu TCG with run.sh and
+// runs a payload there as uid 1000. It needs HUTCH_VM=1, since it installs
+// qemu as root and takes 5-20 s a boot; see docs/TESTING.md.
+//
+//	HUTCH_BIN=$PWD/bin/hutch HUTCH_VM=1 go test -count=1 -v ./test/vm/
+package vm
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// vmTimeout is run.sh's hard limit on one qemu run, in seconds.
+const vmTimeout = 300
+
+// The smoke payload on each scenario run.sh knows.
+var scenarios = []string{"delegated", "nodelegation", "nouserns"}
+
+func TestVM(t *testing.T) {
+	if os.Getenv("HUTCH_VM") != "1" {
+		t.Skip("VM tier not requested: set HUTCH_VM=1 to boot a cgroup v2 host under qemu " +
+			"(installs qemu-system-x86 with apt-get as root; 5-20 s a boot under TCG). See docs/TESTING.md.")
+	}
+	hutch := hutchBinary(t)
+
+	// Install qemu and fetch the pinned packages once, outside the timings.
+	start := time.Now()
+	out, err := runSh(t, "--fetch-only")
+	if skip := skipLine(out); skip != "" {
+		t.Skip(skip)
+	}
+	if err != nil {
+		t.Fatalf("run.sh --fetch-only: %v\n%s", err, out)
+	}
+	t.Logf("qemu and packages ready in %.1fs:\n%s", time.Since(start).Seconds(), strings.TrimSpace(out))
+
+	for _, sc := range scenarios {
+		t.Run(sc, func(t *testing.T) {
+			boot(t, sc, sc, []string{hutch + ":/hutch", "smoke.sh:/smoke.sh"}, "/bin/sh", "/smoke.sh")
+		})
+	}
+
+	// The landlock package's own tests (kernel tests included) on ABI 2.
+	t.Run("landlock-package", func(t *testing.T) {
+		bin := filepath.Join(t.TempDir(), "landlock.test")
+		build := exec.Command("go", "test", "-c", "-o", bin, "../../landlock")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build the landlock tests: %v\n%s", err, b)
+		}
+		// TestKernelMissingPathSkipped expects /lib64 and /etc/ld.so.cache
+		// to exist, as on a Debian host; the VM's busybox system has neither.
+		boot(t, "delegated", "landlock", []string{bin + ":/landlock.test"},
+			"/landlock.test", "-test.v", "-test.count=1", "-test.skip", "^TestKernelMissingPathSkipped$")
+	})
+}
+
+// boot runs one VM with run.sh and fails t unless the payload passed.
+func boot(t *testing.T, scenario, logName string, files []string, command ...string) {
+	t.Helper()
+	log := filepath.Join("cache", "logs", logName+".log")
+	args := []string{"--scenario", scenario, "--timeout", fmt.Sprint(vmTimeout), "--log", log}
+	args = append(args, files...)
+	args = append(args, "--")
+	args = append(args, command...)
+	start := time.Now()
+	out, err := runSh(t, args...)
+	total := time.Since(start)
+	if skip := skipLine(out); skip != "" {
+		t.Skip(skip)
+	}
+	timing := "no timing line"
+	if m := regexp.MustCompile(`(?m)^HUTCH-VM-TIMING: (.*)$`).FindStringSubmatch(out); m != nil {
+		timing = m[1]
+	}
+	t.Logf("%s; go test wall time %.2fs; console log test/vm/%s", timing, total.Seconds(), log)
+	if err != nil || !strings.Contains(out, "HUTCH-VM-RESULT: PASS") {
+		t.Errorf("VM run failed (%v):\n%s", err, out)
+		return
+	}
+	if testing.Verbose() {
+		if b, err := os.ReadFile(log); err == nil {
+			t.Logf("console:\n%s", strings.ReplaceAll(string(b), "\r", ""))
+		}
+	}
+}
+
+// runSh runs run.sh with args and returns its combined output. On the
+// test's deadline it sends SIGTERM, so that run.sh's trap stops qemu.
+func runSh(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), (vmTimeout+60)*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", append([]string{"run.sh"}, args...)...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 20 * time.Second
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	err := cmd.Run()
+	return b.String(), err
+}
+
+// skipLine returns run.sh's reason for not running, if it gave one.
+func skipLine(out string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "SKIP: ") {
+			return l
+		}
+	}
+	return ""
+}
+
+// hutchBinary returns the hutch binary to test: HUTCH_BIN or bin/hutch. It
+// must be static: the VM has no C library.
+func hutchBinary(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv("HUTCH_BIN")
+	if p == "" {
+		p = "../../bin/hutch"
+	}
+	p, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(p)
+	if err != nil {
+		t.Fatalf("no hutch binary to test (%v): run `make build`, or set HUTCH_BIN", err)
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			t.Fatalf("%s is dynamically linked; the VM has no C library: build it with `make build`", p)
+		}
+	}
+	return p
+}
