@@ -12,7 +12,8 @@
 //   5      seccomp BPF program (memfd holding struct sock_filter[])
 //   6      unix socket on which the seccomp listener fd is sent
 // argv: MAGIC, flags, cwd, file, argv0, args...
-// flags: a string of letters: 'n' = seccomp with user notification.
+// flags: a string of letters: 'n' = seccomp with user notification,
+// 'r' = stay as the command's reaper (see reaper() below).
 // The environment is the command's.
 //
 // Order matters: capabilities first (dropping the bounding set needs
@@ -35,6 +36,11 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <dirent.h>
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #define HUTCH_EXEC_MAGIC "hutch:exec"
@@ -57,6 +63,10 @@
 #endif
 
 extern char **environ;
+
+// HUTCH_SIG_TERMINATE asks the reaper to kill the command and everything it
+// started (the init sends it on a timeout or a session's kill request).
+#define HUTCH_SIG_TERMINATE 40
 
 static void fail(int code, int err, const char *what) {
 	char buf[512];
@@ -137,6 +147,136 @@ static void load_seccomp(int notify) {
 	free(insns);
 }
 
+// Signals the reaper relays to the command's process group.
+static const int forwarded[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT, SIGTSTP};
+
+// children lists the direct children of this process by scanning /proc
+// (CONFIG_PROC_CHILDREN is not everywhere). Returns how many were found.
+static int children(pid_t self, pid_t *out, int max) {
+	DIR *d = opendir("/proc");
+	if (!d)
+		return 0;
+	int n = 0;
+	struct dirent *e;
+	char path[300], buf[512];
+	while ((e = readdir(d)) != NULL && n < max) {
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		ssize_t k = read(fd, buf, sizeof buf - 1);
+		close(fd);
+		if (k <= 0)
+			continue;
+		buf[k] = 0;
+		char *rp = strrchr(buf, ')'); // comm may contain anything but ends at the last ')'
+		if (!rp)
+			continue;
+		char state;
+		int ppid;
+		if (sscanf(rp + 1, " %c %d", &state, &ppid) == 2 && ppid == self)
+			out[n++] = (pid_t)atoi(e->d_name);
+	}
+	closedir(d);
+	return n;
+}
+
+// kill_all kills every descendant. Orphans re-parent to this process (a
+// child subreaper), so killing the direct children repeatedly, and reaping,
+// reaches the whole tree, also processes that left the session.
+static void kill_all(pid_t self) {
+	pid_t kids[1024];
+	for (int round = 0; round < 100000; round++) {
+		int n = children(self, kids, 1024);
+		for (int i = 0; i < n; i++)
+			kill(kids[i], SIGKILL);
+		int st;
+		while (waitpid(-1, &st, WNOHANG) > 0)
+			;
+		if (n == 0 && waitpid(-1, &st, WNOHANG) < 0 && errno == ECHILD)
+			return;
+		struct timespec ts = {0, n == 0 ? 1000000 : 100000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+// mirror exits the way the command did.
+static void mirror(int st) {
+	if (WIFEXITED(st))
+		_exit(WEXITSTATUS(st));
+	int sig = WTERMSIG(st);
+	struct rlimit none = {0, 0};
+	setrlimit(RLIMIT_CORE, &none);
+	signal(sig, SIG_DFL);
+	sigset_t s;
+	sigemptyset(&s);
+	sigaddset(&s, sig);
+	sigprocmask(SIG_UNBLOCK, &s, NULL);
+	kill(getpid(), sig);
+	_exit(128 + sig);
+}
+
+// reaper starts the command as its child and stays: it relays signals to
+// the command's process group, and when the command exits (or the init
+// sends HUTCH_SIG_TERMINATE) it kills everything the command left behind
+// and exits with the command's status. This is how one exec in a shared
+// session sandbox is cleaned up without cgroups.
+static void reaper(const char *file, char **cargv) {
+	sigset_t set, old;
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	sigaddset(&set, HUTCH_SIG_TERMINATE);
+	for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
+		sigaddset(&set, forwarded[i]);
+	sigprocmask(SIG_BLOCK, &set, &old);
+	pid_t pid = fork();
+	if (pid < 0)
+		fail(125, errno, "fork the command");
+	if (pid == 0) {
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		setsid();
+		execvpe(file, cargv, environ);
+		int e = errno;
+		fail((e == ENOENT || e == ENOTDIR) ? 127 : 126, e, "execute the command");
+	}
+	// The command holds the status pipe until it execs; stdio is its own.
+	close(3);
+	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	for (int fd = 0; fd < 3; fd++) {
+		if (devnull >= 0)
+			dup2(devnull, fd);
+		else
+			close(fd);
+	}
+	if (devnull > 2)
+		close(devnull);
+	pid_t self = getpid();
+	for (;;) {
+		siginfo_t si;
+		int sig = sigwaitinfo(&set, &si);
+		if (sig < 0)
+			continue;
+		if (sig == SIGCHLD) {
+			int st;
+			pid_t w;
+			while ((w = waitpid(-1, &st, WNOHANG)) > 0) {
+				if (w == pid) {
+					kill_all(self);
+					mirror(st);
+				}
+			}
+		} else if (sig == HUTCH_SIG_TERMINATE) {
+			kill(pid, SIGKILL);
+			kill_all(self);
+			_exit(128 + SIGKILL);
+		} else if (kill(-pid, sig) < 0) {
+			kill(pid, sig);
+		}
+	}
+}
+
 __attribute__((constructor)) static void hutch_exec_stage(int argc, char **argv, char **envp) {
 	(void)envp;
 	if (argc < 5 || argv == NULL || argv[0] == NULL || strcmp(argv[0], HUTCH_EXEC_MAGIC) != 0)
@@ -146,14 +286,28 @@ __attribute__((constructor)) static void hutch_exec_stage(int argc, char **argv,
 	const char *file = argv[3];
 	char **cargv = &argv[4];
 	int notify = strchr(flags, 'n') != NULL;
+	int reap = strchr(flags, 'r') != NULL;
 
 	// The init dup2()ed the status pipe to 3, which clears close-on-exec.
 	fcntl(3, F_SETFD, FD_CLOEXEC);
+	// The init ignores catchable signals (so sandboxed code cannot stop
+	// it), and ignored dispositions survive fork and execve: give the
+	// command default dispositions and an empty signal mask.
+	for (int sig = 1; sig < NSIG; sig++) {
+		if (sig != SIGKILL && sig != SIGSTOP)
+			signal(sig, SIG_DFL);
+	}
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
 	if (chdir(cwd) < 0)
 		fail(125, errno, "change to the working directory");
 	drop_caps();
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		fail(125, errno, "set no_new_privs");
+	// Before seccomp, which a user's profile may make strict about prctl.
+	if (reap && prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
+		fail(125, errno, "become the command's subreaper");
 	if (valid_fd(4)) {
 		if (syscall(SYS_landlock_restrict_self, 4, 0) < 0)
 			fail(125, errno, "apply Landlock ruleset");
@@ -171,6 +325,8 @@ __attribute__((constructor)) static void hutch_exec_stage(int argc, char **argv,
 		for (int fd = 4; fd < 1024; fd++)
 			close(fd);
 	}
+	if (reap)
+		reaper(file, cargv); // never returns
 	execvpe(file, cargv, environ);
 	int e = errno;
 	int code = (e == ENOENT || e == ENOTDIR) ? 127 : 126;

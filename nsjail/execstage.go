@@ -10,6 +10,10 @@ import "C"
 // execMagic is argv[0] of the exec stage; must match HUTCH_EXEC_MAGIC.
 const execMagic = "hutch:exec"
 
+// sigTerminate asks an exec stage (the command's reaper) to kill the command
+// and everything it started; must match HUTCH_SIG_TERMINATE.
+const sigTerminate = 40
+
 // Fixed descriptor numbers in the exec stage (see execstage.c).
 const (
 	execFDStatus   = 3

@@ -223,8 +223,9 @@ func (in *initState) signal(id uint64, sig syscall.Signal) {
 	defer in.mu.Unlock()
 	for pid, p := range in.procs {
 		if p.id == id {
-			// The command leads its own session and process group.
-			_ = unix.Kill(-pid, sig)
+			// pid is the command's reaper: it relays the signal to the
+			// command's process group, or, for sigTerminate, kills the
+			// command and everything it started.
 			_ = unix.Kill(pid, sig)
 		}
 	}
@@ -252,7 +253,9 @@ func (in *initState) spawn(m *message, fds []int) {
 	if in.bpfFD >= 0 {
 		files[execFDSeccomp] = uintptr(in.bpfFD)
 	}
-	flags := "-"
+	// The exec stage stays as the command's reaper, so that the command's
+	// leftovers die with it even in a shared (session) sandbox.
+	flags := "-r"
 	if sp.Notify && in.bpfFD >= 0 {
 		files[execFDNotify] = uintptr(fds[3])
 		flags += "n"

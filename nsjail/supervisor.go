@@ -369,6 +369,13 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	return p.sb.ctrl.send(&message{Op: opSignal, ID: p.ID, Signal: int(sig)})
 }
 
+// Terminate kills the command and every process it started, leaving the
+// rest of the sandbox (other commands of a session) alone. Wait then
+// reports it as killed by SIGKILL.
+func (p *Process) Terminate() error {
+	return p.sb.ctrl.send(&message{Op: opSignal, ID: p.ID, Signal: sigTerminate})
+}
+
 // kill ends the sandbox at once: SIGKILL to the init takes the whole pid
 // namespace with it.
 func (s *Sandbox) kill() {

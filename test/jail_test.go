@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 // no_new_privs, in its own session without a controlling terminal.
 func TestIdentityAndPrivileges(t *testing.T) {
 	ws := userDir(t)
-	r := sandboxSh(t, ws, `id -u; id -g; grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status; ps -o sid= -p $$; ps -o pid= -p $$; cat /proc/self/stat | cut -d' ' -f7`)
+	r := sandboxSh(t, ws, `id -u; id -g; grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status; ps -o sid= -p $$; ps -o pid= -p $$; cat /proc/self/stat | cut -d' ' -f7; grep -E '^(SigIgn|SigBlk):' /proc/self/status`)
 	mustCode(t, r, 0)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	if len(lines) < 10 {
@@ -37,6 +38,10 @@ func TestIdentityAndPrivileges(t *testing.T) {
 	}
 	if strings.TrimSpace(lines[10]) != "0" {
 		t.Errorf("tty_nr = %s, want 0 (no controlling terminal)", lines[10])
+	}
+	// The init ignores signals; the command must not inherit that.
+	if !strings.Contains(r.stdout, "SigBlk:\t0000000000000000") || !strings.Contains(r.stdout, "SigIgn:\t0000000000000000") {
+		t.Errorf("the command inherited blocked or ignored signals:\n%s", r.stdout)
 	}
 }
 
@@ -218,6 +223,8 @@ func TestExitStatuses(t *testing.T) {
 		{"zero", []string{"--", "true"}, 0, ""},
 		{"three", []string{"--", "/bin/sh", "-c", "exit 3"}, 3, ""},
 		{"signal9", []string{"--", "/bin/sh", "-c", "kill -9 $$"}, 128 + 9, ""},
+		{"sigterm", []string{"--", "/bin/sh", "-c", "kill -TERM $$"}, 128 + 15, ""},
+		{"sigint", []string{"--", "/bin/sh", "-c", "kill -INT $$"}, 128 + 2, ""},
 		{"notfound", []string{"--", "no-such-command-hutch"}, 127, "hutch: command not found: no-such-command-hutch (searched PATH inside the sandbox"},
 		{"notfound-path", []string{"--", "/nonexistent/cmd"}, 127, "hutch: command not found: /nonexistent/cmd does not exist inside the sandbox"},
 		{"cannot-exec", []string{"--", "/etc/hostname"}, 126, "hutch: cannot execute /etc/hostname: execute the command: permission denied"},
@@ -433,4 +440,48 @@ func TestPolicyCheckCLI(t *testing.T) {
 	}
 	r = hutch(t, opts{dir: dir}, "run", "--policy", bad, "--", "true")
 	mustCode(t, r, 125)
+}
+
+// Signals hutch receives reach the command; its own status comes back.
+func TestSignalForwarding(t *testing.T) {
+	ws := userDir(t)
+	cmd := hutchCmd(opts{dir: ws}, "run", "--", "/bin/sh", "-c", `trap 'echo got-term; exit 7' TERM; echo ready; sleep 100 & wait`)
+	out := &syncBuffer{}
+	cmd.Stdout = out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(out.String(), "ready") {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("command never became ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGTERM)
+	err := cmd.Wait()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 7 || !strings.Contains(out.String(), "got-term") {
+		t.Errorf("exit %v, output %q; want the trap to run and exit 7", err, out.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
