@@ -1,6 +1,7 @@
 // Package hutch runs commands in rootless sandboxes. It is the API that the
 // hutch CLI uses and that other tools embed: build a policy (package
-// policy), then Run a command under it.
+// policy), then Run one command in a fresh sandbox, or start a Session and
+// Exec many commands in one warm sandbox.
 package hutch
 
 import (
@@ -9,119 +10,107 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/hutchsandbox/hutch/mounts"
 	"github.com/hutchsandbox/hutch/nsjail"
 	"github.com/hutchsandbox/hutch/policy"
+	"github.com/hutchsandbox/hutch/seccompprofiles"
 	"github.com/hutchsandbox/hutch/seclog"
 )
 
 // Exit codes of hutch's own failures (Docker's convention; timeout(1)'s).
 const (
-	ExitTimeout     = 124
-	ExitSetup       = 125
-	ExitCannotExec  = 126
-	ExitNotFound    = 127
-	exitSignalBase  = 128
-	defaultWorkDir  = policy.WorkspaceMount
-	initSetupBudget = 30 * time.Second
+	ExitTimeout    = 124
+	ExitSetup      = 125
+	ExitCannotExec = 126
+	ExitNotFound   = 127
 )
 
-// RunOptions describes one sandboxed execution.
-type RunOptions struct {
+const initSetupBudget = 30 * time.Second
+
+// SessionOptions describes a sandbox that stays up for many commands.
+type SessionOptions struct {
 	// Policy governs the sandbox; nil means policy.Default().
 	Policy *policy.Policy
-	// Argv is the command and its arguments. Argv[0] is looked up in the
-	// sandbox's PATH.
-	Argv []string
-	// HostEnv is the caller's environment, filtered by the policy.
+	// HostEnv is the caller's environment, filtered by the policy for
+	// every command.
 	HostEnv []string
-	// ExtraEnv are --env entries: "K=V" sets, "K" passes K through.
-	ExtraEnv []string
-	// Cwd is the working directory inside, absolute or relative to
-	// /workspace; "" means /workspace.
-	Cwd string
-	// Stdin, Stdout and Stderr are given to the command as they are.
-	Stdin, Stdout, Stderr *os.File
 	// Executable is the hutch binary to re-exec ("" = /proc/self/exe).
 	Executable string
-	// ForwardSignals relays SIGINT, SIGTERM, SIGHUP and SIGQUIT that hutch
-	// receives to the command.
-	ForwardSignals bool
-	// Timing asks for per-stage timings in the result.
-	Timing bool
-	// SecurityLog receives the run's security events; nil discards them
-	// (the summary lines in Result.Messages are produced either way).
+	// SecurityLog receives security events; nil discards them (the
+	// summary lines in Result.Messages are produced either way).
 	SecurityLog *seclog.Log
-	Logger      *slog.Logger
+	// Diagnostics receives the init's own diagnostics; nil discards them.
+	Diagnostics *os.File
+	// Timing asks for per-stage timings.
+	Timing bool
+	Logger *slog.Logger
 }
 
-// Result is the outcome of a run.
-type Result struct {
-	// ExitCode is what hutch exits with: the command's own status, 128+N
-	// for signal N, or one of the Exit* codes.
-	ExitCode int
-	// TimedOut is true when the wall-clock timeout ended the command.
-	TimedOut bool
-	// Messages are the "hutch: ..." lines for the caller, one per event
-	// the sandbox caused (a timeout, an exec failure, a denial).
-	Messages []string
-	// Timing lists per-stage durations when requested.
-	Timing []nsjail.Stage
-	// SandboxID identifies the sandbox in the security log.
-	SandboxID string
+// Session is a running sandbox: namespaces, root filesystem, egress proxy
+// and security log, created once. Every Exec gets the full per-command
+// hardening (uid 1000, no capabilities, no_new_privs, Landlock, seccomp)
+// again. A Session is safe for concurrent use.
+type Session struct {
+	p      *policy.Policy
+	o      SessionOptions
+	sb     *nsjail.Sandbox
+	prot   *mounts.Protection
+	filter *seccompprofiles.Filter
+	prof   string
+	rec    *seclog.Recorder // session-wide events (the proxy)
+	egress *egressServer
+	ws     string
+	id     string
+	timing []nsjail.Stage
+
+	closeOnce sync.Once
+	closed    chan struct{}
 }
 
-// Run executes one command in a fresh sandbox and tears the sandbox down.
-// A returned error means the sandbox could not be made (exit 125); the
-// message says what failed and what to do. Nothing is left behind on the
-// host either way.
-func Run(ctx context.Context, o *RunOptions) (*Result, error) {
+// ID identifies the session's sandbox in the security log.
+func (s *Session) ID() string { return s.id }
+
+// Policy is the session's effective policy.
+func (s *Session) Policy() *policy.Policy { return s.p }
+
+// Workspace is the host directory mounted at /workspace.
+func (s *Session) Workspace() string { return s.ws }
+
+// Done is closed when the session's sandbox has ended.
+func (s *Session) Done() <-chan struct{} { return s.closed }
+
+// NewSession creates a sandbox. A returned error means the sandbox could
+// not be made; the message says what failed and what to do. Nothing is
+// left behind on the host on error.
+func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err error) {
 	t0 := time.Now()
 	p := o.Policy
 	if p == nil {
 		p = policy.Default()
 	}
-	if len(o.Argv) == 0 {
-		return nil, errors.New("no command given: usage: hutch run [flags] -- COMMAND [ARG...]")
-	}
-	cwd, err := insideCwd(o.Cwd)
-	if err != nil {
-		return nil, err
-	}
-	env, err := p.CommandEnv(o.HostEnv, o.ExtraEnv)
-	if err != nil {
-		return nil, err
-	}
-	proxied := p.Network.Mode == policy.NetProxy
-	if proxied {
-		env = proxyEnv(env)
-	}
-	ws, err := ResolveWorkspace(p.Filesystem.Workspace)
-	if err != nil {
-		return nil, err
-	}
-	prot, err := mounts.PrepareProtected(ws, policy.WorkspaceMount, p.Filesystem.Protected)
+	s := &Session{p: p, o: *o, closed: make(chan struct{}), id: seclog.NewSandboxID()}
 	defer func() {
-		if prot != nil {
-			if cerr := prot.Cleanup(); cerr != nil && o.Logger != nil {
-				o.Logger.Warn("cleanup", "err", cerr)
-			}
+		if err != nil {
+			s.Close()
 		}
 	}()
-	if err != nil {
+	if s.ws, err = ResolveWorkspace(p.Filesystem.Workspace); err != nil {
+		return nil, err
+	}
+	if s.prot, err = mounts.PrepareProtected(s.ws, policy.WorkspaceMount, p.Filesystem.Protected); err != nil {
 		return nil, err
 	}
 	spec := &mounts.Spec{
 		Tooling:        p.Filesystem.Tooling,
-		Workspace:      ws,
+		Workspace:      s.ws,
 		WorkspaceMount: policy.WorkspaceMount,
-		Protected:      prot,
+		Protected:      s.prot,
 		Home:           policy.SandboxHome,
 		TmpSize:        int64(p.Filesystem.TmpSize),
 		HomeSize:       int64(p.Filesystem.HomeSize),
@@ -143,6 +132,15 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.filter, s.prof, err = seccompFilter(ctx, p, o.Logger); err != nil {
+		return nil, err
+	}
+	s.rec = seclog.NewRecorder(o.SecurityLog, s.id, []string{"(session)"})
+	if s.filter.NotifyUnavailable != "" {
+		s.rec.Record(seclog.Event{Kind: seclog.KindSandbox, Rule: "seccomp", Subject: "notification unavailable",
+			Message: "seccomp user notification unavailable (" + s.filter.NotifyUnavailable + "): denials are enforced but not logged", Level: slog.LevelInfo})
+	}
+	proxied := p.Network.Mode == policy.NetProxy
 	cfg := &nsjail.Config{
 		Setup: nsjail.Setup{
 			Plan:     plan,
@@ -153,46 +151,149 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 			Timing:   o.Timing,
 			Proxy:    proxied,
 		},
+		Seccomp:    s.filter.BPF,
 		Executable: o.Executable,
-		Stderr:     o.Stderr,
 		Logger:     o.Logger,
 	}
-	filter, profile, err := seccompFilter(ctx, p, o.Logger)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Seccomp = filter.BPF
-	rec := seclog.NewRecorder(o.SecurityLog, seclog.NewSandboxID(), o.Argv)
-	res := &Result{SandboxID: rec.Sandbox()}
-	if filter.NotifyUnavailable != "" {
-		rec.Record(seclog.Event{Kind: seclog.KindSandbox, Rule: "seccomp", Subject: "notification unavailable",
-			Message: "seccomp user notification unavailable (" + filter.NotifyUnavailable + "): denials are enforced but not logged", Level: slog.LevelInfo})
+	if o.Diagnostics != nil {
+		cfg.Stderr = o.Diagnostics
 	}
 	tPlan := time.Since(t0)
 	sctx, cancel := context.WithTimeout(ctx, initSetupBudget)
-	sb, err := nsjail.Start(sctx, cfg)
+	s.sb, err = nsjail.Start(sctx, cfg)
 	cancel()
 	if err != nil {
 		return nil, err
 	}
-	defer sb.Close()
-	tStart := time.Since(t0)
+	s.recordLandlockGaps()
 	if proxied {
-		es, err := startEgress(ctx, p, ws, sb.ProxyFiles, rec, o.Logger)
-		if err != nil {
+		if s.egress, err = startEgress(context.Background(), p, s.ws, s.sb.ProxyFiles, s.rec, o.Logger); err != nil {
 			return nil, &nsjail.SetupError{Op: "start the egress proxy", Err: err}
 		}
-		defer es.stop()
 	}
+	if o.Timing {
+		s.timing = append(s.timing, nsjail.Stage{Name: "supervisor.plan", Usec: tPlan.Microseconds()})
+		s.timing = append(s.timing, s.sb.Timing...)
+		s.timing = append(s.timing, nsjail.Stage{Name: "supervisor.start", Usec: time.Since(t0).Microseconds()})
+	}
+	go func() {
+		<-s.sb.Done()
+		s.Close()
+	}()
+	return s, nil
+}
 
-	req := &nsjail.ExecRequest{
-		Argv: o.Argv, Env: env, Cwd: cwd,
-		Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
+// recordLandlockGaps logs what this kernel's Landlock could not enforce.
+func (s *Session) recordLandlockGaps() {
+	r := s.sb.Ready
+	if r == nil {
+		return
 	}
-	nctx, stopNotify := context.WithCancel(ctx)
+	for _, gap := range r.LandlockNotEnforced {
+		s.rec.Record(seclog.Event{Kind: seclog.KindSandbox, Rule: "landlock", Subject: "not enforced",
+			Message: "landlock: not enforced on this host: " + gap, Level: slog.LevelInfo,
+			Detail: map[string]any{"abi": r.LandlockABI}})
+	}
+}
+
+// Close tears the sandbox down: every process is killed, the proxy stops,
+// placeholders are removed. It is idempotent.
+func (s *Session) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		if s.sb != nil {
+			s.sb.Close()
+		}
+		s.egress.stop()
+		if s.prot != nil {
+			err = s.prot.Cleanup()
+		}
+		close(s.closed)
+	})
+	return err
+}
+
+// ExecOptions describes one command run in a session.
+type ExecOptions struct {
+	// Argv is the command and its arguments; Argv[0] is looked up in the
+	// sandbox's PATH.
+	Argv []string
+	// ExtraEnv are --env entries: "K=V" sets, "K" passes K through from
+	// the session's HostEnv (or from Env when set).
+	ExtraEnv []string
+	// Env, when non-nil, replaces the session's HostEnv for this command
+	// (a session client's own environment).
+	Env []string
+	// Cwd is the working directory inside, absolute or relative to
+	// /workspace; "" means /workspace.
+	Cwd string
+	// Timeout overrides the policy's wall-clock limit when > 0.
+	Timeout time.Duration
+	// Stdin, Stdout and Stderr are given to the command as they are.
+	Stdin, Stdout, Stderr *os.File
+	// Signals relays these signals to the command while it runs.
+	Signals <-chan os.Signal
+}
+
+// Result is the outcome of one command.
+type Result struct {
+	// ExitCode is the command's own status, 128+N for signal N, or one of
+	// the Exit* codes.
+	ExitCode int
+	// TimedOut is true when the wall-clock timeout ended the command.
+	TimedOut bool
+	// Messages are the "hutch: ..." lines for the caller, one per kind of
+	// event the sandbox caused (a timeout, an exec failure, denials).
+	Messages []string
+	// SandboxID identifies the sandbox in the security log.
+	SandboxID string
+	// Timing lists per-stage durations when requested.
+	Timing []nsjail.Stage
+}
+
+// Exec runs one command in the session and waits for it. The command and
+// everything it started are gone when Exec returns.
+func (s *Session) Exec(ctx context.Context, o *ExecOptions) (*Result, error) {
+	t0 := time.Now()
+	if len(o.Argv) == 0 {
+		return nil, errors.New("no command given")
+	}
+	cwd, err := insideCwd(o.Cwd)
+	if err != nil {
+		return nil, err
+	}
+	host := s.o.HostEnv
+	if o.Env != nil {
+		host = o.Env
+	}
+	env, err := s.p.CommandEnv(host, o.ExtraEnv)
+	if err != nil {
+		return nil, err
+	}
+	if s.p.Network.Mode == policy.NetProxy {
+		env = proxyEnv(env)
+	}
+	stdin, stdout, stderr := o.Stdin, o.Stdout, o.Stderr
+	if stdin == nil || stdout == nil || stderr == nil {
+		devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+		if err != nil {
+			return nil, err
+		}
+		defer devnull.Close()
+		for _, f := range []**os.File{&stdin, &stdout, &stderr} {
+			if *f == nil {
+				*f = devnull
+			}
+		}
+	}
+	rec := seclog.NewRecorder(s.o.SecurityLog, s.id, o.Argv)
+	stopWatch := s.rec.Watch(rec)
+	defer stopWatch()
+	req := &nsjail.ExecRequest{Argv: o.Argv, Env: env, Cwd: cwd, Stdin: stdin, Stdout: stdout, Stderr: stderr}
+	nctx, stopNotify := context.WithCancel(context.Background())
 	defer stopNotify()
 	var notifyDone chan struct{}
-	if filter.Notify {
+	if s.filter.Notify {
 		mine, child, err := notifyPair()
 		if err != nil {
 			return nil, err
@@ -201,49 +302,46 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 		notifyDone = make(chan struct{})
 		go func() {
 			defer close(notifyDone)
-			serveSeccomp(nctx, mine, filter, profile, rec)
+			serveSeccomp(nctx, mine, s.filter, s.prof, rec)
 		}()
 	}
-	proc, err := sb.Exec(req)
+	proc, err := s.sb.Exec(req)
 	if req.Notify != nil {
 		req.Notify.Close()
 	}
 	if err != nil {
 		return nil, &nsjail.SetupError{Op: "start the command", Err: err}
 	}
-
-	var sigs chan os.Signal
-	if o.ForwardSignals {
-		sigs = make(chan os.Signal, 4)
-		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-		defer signal.Stop(sigs)
+	res := &Result{SandboxID: s.id}
+	timeout := s.p.Resources.Timeout.D()
+	if o.Timeout > 0 {
+		timeout = o.Timeout
 	}
-	timeout := p.Resources.Timeout.D()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	cancelled := false
 wait:
 	for {
 		select {
 		case <-proc.Done():
 			break wait
-		case s := <-sigs:
-			_ = proc.Signal(s.(syscall.Signal))
+		case sig := <-o.Signals:
+			if ss, ok := sig.(syscall.Signal); ok {
+				_ = proc.Signal(ss)
+			}
 		case <-timer.C:
 			res.TimedOut = true
-			sb.Close()
-			<-proc.Done()
+			_ = proc.Terminate()
+			s.awaitOrKill(proc)
 			break wait
 		case <-ctx.Done():
-			sb.Close()
-			<-proc.Done()
-			res.ExitCode = ExitSetup
-			res.Messages = append(res.Messages, "hutch: cancelled; the command and all its processes were killed")
-			return res, nil
+			cancelled = true
+			_ = proc.Terminate()
+			s.awaitOrKill(proc)
+			break wait
 		}
 	}
 	info := proc.Wait()
-	// The command is gone; its background processes die with the sandbox.
-	sb.Close()
 	stopNotify()
 	if notifyDone != nil {
 		<-notifyDone
@@ -251,7 +349,13 @@ wait:
 	switch {
 	case res.TimedOut:
 		res.ExitCode = ExitTimeout
+		rec.Record(seclog.Event{Kind: seclog.KindTimeout, Rule: "resources.timeout", Subject: timeout.String(),
+			Message: fmt.Sprintf("timed out after %s; the command and all its processes were killed (raise the limit with --timeout or resources.timeout)", policy.Duration(timeout)),
+			Level:   slog.LevelInfo})
 		res.Messages = append(res.Messages, fmt.Sprintf("hutch: timed out after %s; the command and all its processes were killed (raise the limit with --timeout or resources.timeout)", policy.Duration(timeout)))
+	case cancelled:
+		res.ExitCode = ExitSetup
+		res.Messages = append(res.Messages, "hutch: cancelled; the command and all its processes were killed")
 	case info.ExecCode != 0:
 		res.ExitCode = info.ExecCode
 		res.Messages = append(res.Messages, execMessage(o.Argv[0], info, env))
@@ -262,10 +366,75 @@ wait:
 		res.ExitCode = info.Code()
 	}
 	res.Messages = append(res.Messages, rec.Summary()...)
+	if s.o.Timing {
+		res.Timing = append(append(res.Timing, s.timing...), nsjail.Stage{Name: "exec", Usec: time.Since(t0).Microseconds()})
+	}
+	return res, nil
+}
+
+// awaitOrKill waits for a terminated command; if its reaper does not end
+// it promptly (sandboxed code can stop its own reaper), the whole sandbox
+// goes, which always works.
+func (s *Session) awaitOrKill(proc *nsjail.Process) {
+	select {
+	case <-proc.Done():
+	case <-time.After(3 * time.Second):
+		s.Close()
+		<-proc.Done()
+	}
+}
+
+// RunOptions describes one command in a fresh, one-off sandbox.
+type RunOptions struct {
+	Policy     *policy.Policy
+	Argv       []string
+	HostEnv    []string
+	ExtraEnv   []string
+	Cwd        string
+	Stdin      *os.File
+	Stdout     *os.File
+	Stderr     *os.File
+	Executable string
+	// ForwardSignals relays SIGINT, SIGTERM, SIGHUP and SIGQUIT that hutch
+	// receives to the command.
+	ForwardSignals bool
+	Timing         bool
+	SecurityLog    *seclog.Log
+	Logger         *slog.Logger
+}
+
+// Run executes one command in a fresh sandbox and tears the sandbox down.
+// A returned error means the sandbox could not be made (exit 125).
+func Run(ctx context.Context, o *RunOptions) (*Result, error) {
+	t0 := time.Now()
+	if len(o.Argv) == 0 {
+		return nil, errors.New("no command given: usage: hutch run [flags] -- COMMAND [ARG...]")
+	}
+	sess, err := NewSession(ctx, &SessionOptions{
+		Policy: o.Policy, HostEnv: o.HostEnv, Executable: o.Executable,
+		SecurityLog: o.SecurityLog, Diagnostics: o.Stderr, Timing: o.Timing, Logger: o.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer sess.Close()
+	var sigs chan os.Signal
+	if o.ForwardSignals {
+		sigs = make(chan os.Signal, 4)
+		signalNotify(sigs)
+		defer signalStop(sigs)
+	}
+	res, err := sess.Exec(ctx, &ExecOptions{
+		Argv: o.Argv, ExtraEnv: o.ExtraEnv, Cwd: o.Cwd,
+		Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr, Signals: sigs,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if cerr := sess.Close(); cerr != nil && o.Logger != nil {
+		o.Logger.Warn("teardown", "err", cerr)
+	}
 	if o.Timing {
-		res.Timing = append(res.Timing, nsjail.Stage{Name: "supervisor.plan", Usec: tPlan.Microseconds()})
-		res.Timing = append(res.Timing, sb.Timing...)
-		res.Timing = append(res.Timing, nsjail.Stage{Name: "supervisor.start", Usec: tStart.Microseconds()})
 		res.Timing = append(res.Timing, nsjail.Stage{Name: "total", Usec: time.Since(t0).Microseconds()})
 	}
 	return res, nil
@@ -357,10 +526,10 @@ func ResolveWorkspace(dir string) (string, error) {
 
 func insideCwd(c string) (string, error) {
 	if c == "" {
-		return defaultWorkDir, nil
+		return policy.WorkspaceMount, nil
 	}
 	if !filepath.IsAbs(c) {
-		c = filepath.Join(defaultWorkDir, c)
+		c = filepath.Join(policy.WorkspaceMount, c)
 	}
 	return filepath.Clean(c), nil
 }

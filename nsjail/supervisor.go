@@ -399,5 +399,8 @@ func (s *Sandbox) Close() error {
 	return nil
 }
 
+// Done is closed when the init has exited.
+func (s *Sandbox) Done() <-chan struct{} { return s.initDone }
+
 // InitPid is the init's pid on the host.
 func (s *Sandbox) InitPid() int { return s.initPid }

@@ -124,6 +124,9 @@ type Recorder struct {
 	order    []string
 	nEvents  int
 	overflow int // blocks of subjects beyond MaxSummarySubjects
+	// watchers also count the blocks recorded here (a session's proxy
+	// events count for every command running at the time).
+	watchers map[*Recorder]struct{}
 }
 
 // MaxSummarySubjects bounds the distinct subjects a summary lists: a
@@ -160,11 +163,42 @@ func (r *Recorder) SetCommand(argv []string) {
 	r.mu.Unlock()
 }
 
+// Watch makes w count (not log) every block recorded on r until the
+// returned function is called.
+func (r *Recorder) Watch(w *Recorder) (stop func()) {
+	r.mu.Lock()
+	if r.watchers == nil {
+		r.watchers = map[*Recorder]struct{}{}
+	}
+	r.watchers[w] = struct{}{}
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		delete(r.watchers, w)
+		r.mu.Unlock()
+	}
+}
+
 // Record writes ev to the log and, for blocks (Level ≥ Warn), counts it
 // for the summary.
 func (r *Recorder) Record(ev Event) {
 	r.mu.Lock()
 	cmd := r.command
+	var watchers []*Recorder
+	for w := range r.watchers {
+		watchers = append(watchers, w)
+	}
+	r.mu.Unlock()
+	for _, w := range watchers {
+		w.count(ev)
+	}
+	r.count(ev)
+	r.write(cmd, ev)
+}
+
+func (r *Recorder) count(ev Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if ev.Level >= slog.LevelWarn {
 		key := ev.Kind + "\x00" + ev.Subject
 		switch {
@@ -179,7 +213,9 @@ func (r *Recorder) Record(ev Event) {
 		}
 		r.nEvents++
 	}
-	r.mu.Unlock()
+}
+
+func (r *Recorder) write(cmd string, ev Event) {
 	attrs := []slog.Attr{
 		slog.String("sandbox", r.sandbox),
 		slog.String("command", cmd),

@@ -101,3 +101,19 @@ func TestSummaryIsBounded(t *testing.T) {
 		t.Errorf("last line %q", got[len(got)-1])
 	}
 }
+
+func TestWatchCountsWithoutLogging(t *testing.T) {
+	var buf bytes.Buffer
+	session := NewRecorder(New(&buf), "s", nil)
+	exec1 := NewRecorder(New(&buf), "s", []string{"one"})
+	stop := session.Watch(exec1)
+	session.Record(Event{Kind: KindNetwork, Subject: "a:443", Message: "blocked a", Level: slog.LevelWarn})
+	stop()
+	session.Record(Event{Kind: KindNetwork, Subject: "b:443", Message: "blocked b", Level: slog.LevelWarn})
+	if got := exec1.Summary(); len(got) != 1 || got[0] != "hutch: blocked a (1 attempt)" {
+		t.Errorf("watcher summary %q", got)
+	}
+	if n := strings.Count(buf.String(), "\n"); n != 2 {
+		t.Errorf("%d log lines, want 2 (watchers must not log twice)", n)
+	}
+}
