@@ -75,6 +75,13 @@ func setup() (int, error) {
 	if err := os.Chown(stateDir, testUID, testGID); err != nil {
 		return 0, err
 	}
+	rt := filepath.Join(stateDir, "run")
+	if err := os.Mkdir(rt, 0o700); err != nil {
+		return 0, err
+	}
+	if err := os.Chown(rt, testUID, testGID); err != nil {
+		return 0, err
+	}
 	return -1, nil
 }
 
@@ -129,7 +136,8 @@ func hutchCmd(o opts, args ...string) *exec.Cmd {
 	cmd.Dir = o.dir
 	home := "/nonexistent"
 	cmd.Env = append([]string{"PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home, "LANG=C.UTF-8",
-		"XDG_STATE_HOME=" + filepath.Join(stateDir, "state"), "XDG_CACHE_HOME=" + filepath.Join(stateDir, "cache")}, o.env...)
+		"XDG_STATE_HOME=" + filepath.Join(stateDir, "state"), "XDG_CACHE_HOME=" + filepath.Join(stateDir, "cache"),
+		"XDG_RUNTIME_DIR=" + stateDir}, o.env...)
 	cmd.Stdin = o.stdin
 	cmd.ExtraFiles = o.extraFiles
 	if asRoot {

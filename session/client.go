@@ -1,0 +1,112 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"time"
+)
+
+// Client is a connection to a session's control socket.
+type Client struct {
+	c *net.UnixConn
+}
+
+// Dial connects to session name.
+func Dial(name string) (*Client, error) {
+	if err := ValidName(name); err != nil {
+		return nil, err
+	}
+	dir, err := Dir()
+	if err != nil {
+		return nil, err
+	}
+	return DialPath(SocketPath(dir, name), name)
+}
+
+// DialPath connects to the control socket at path.
+func DialPath(path, name string) (*Client, error) {
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("no session named %q is running (start one with: hutch session start --name %s; list them with: hutch session ls)", name, name)
+		}
+		return nil, fmt.Errorf("session %q: %w", name, err)
+	}
+	return &Client{c: c}, nil
+}
+
+// Close closes the connection.
+func (cl *Client) Close() error { return cl.c.Close() }
+
+// Info asks for the session's description.
+func (cl *Client) Info() (*Info, error) {
+	if err := send(cl.c, &Request{Op: "info"}); err != nil {
+		return nil, err
+	}
+	var r Reply
+	if _, err := recv(cl.c, &r); err != nil {
+		return nil, err
+	}
+	if r.Info == nil {
+		return nil, fmt.Errorf("session: %s", r.Error)
+	}
+	return r.Info, nil
+}
+
+// Stop ends the session and waits until it is torn down.
+func (cl *Client) Stop() error {
+	if err := send(cl.c, &Request{Op: "stop"}); err != nil {
+		return err
+	}
+	var r Reply
+	cl.c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := recv(cl.c, &r); err != nil && !errors.Is(err, errClosed) {
+		return err
+	}
+	return nil
+}
+
+// Exec runs a command in the session with the given stdio, relaying
+// signals from sigs, and returns the exit reply.
+func (cl *Client) Exec(req *Request, stdin, stdout, stderr *os.File, sigs <-chan os.Signal) (*Reply, error) {
+	req.Op = "exec"
+	if err := send(cl.c, req, int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd())); err != nil {
+		return nil, fmt.Errorf("send to session: %w", err)
+	}
+	replies := make(chan Reply, 2)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			var r Reply
+			if _, err := recv(cl.c, &r); err != nil {
+				errc <- err
+				return
+			}
+			replies <- r
+			if r.Op != "started" {
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case s := <-sigs:
+			if ss, ok := s.(syscall.Signal); ok {
+				send(cl.c, &Request{Op: "signal", Signal: int(ss)})
+			}
+		case r := <-replies:
+			if r.Op == "started" {
+				continue
+			}
+			if r.Op == "error" {
+				return nil, errors.New(r.Error)
+			}
+			return &r, nil
+		case err := <-errc:
+			return nil, fmt.Errorf("the session ended before the command did (%v)", err)
+		}
+	}
+}

@@ -1,0 +1,150 @@
+// Package session serves a hutch Session over a private unix socket, so
+// that a background supervisor holds one warm sandbox and `hutch exec`
+// runs commands in it. The socket lives in the user's runtime directory
+// (mode 0700, socket 0600), is checked for the peer's uid, and is never
+// visible inside the sandbox: nothing on the exec path is a path, binary or
+// socket the sandbox can write.
+package session
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Dir returns the directory that holds session sockets, creating it:
+// $XDG_RUNTIME_DIR/hutch, or /tmp/hutch-UID when there is no runtime
+// directory. An existing directory must belong to the user and be 0700.
+func Dir() (string, error) {
+	var dir string
+	if rt := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(rt) {
+		dir = filepath.Join(rt, "hutch")
+	} else {
+		dir = filepath.Join(os.TempDir(), "hutch-"+strconv.Itoa(os.Getuid()))
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("session directory %s: %w", dir, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return "", fmt.Errorf("session directory %s: %w", dir, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Getuid() || st.Mode&0o077 != 0 {
+		return "", fmt.Errorf("session directory %s is not a private directory of uid %d (mode %o, owner %d); remove it or set XDG_RUNTIME_DIR", dir, os.Getuid(), st.Mode&0o7777, st.Uid)
+	}
+	return dir, nil
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// ValidName checks a session name.
+func ValidName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("session name %q: want 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+// SocketPath is the control socket of session name in dir.
+func SocketPath(dir, name string) string { return filepath.Join(dir, name+".sock") }
+
+// Request is a client's message.
+type Request struct {
+	Op       string   `json:"op"` // exec, signal, info, stop
+	Argv     []string `json:"argv,omitempty"`
+	Env      []string `json:"env,omitempty"`
+	ExtraEnv []string `json:"extra_env,omitempty"`
+	Cwd      string   `json:"cwd,omitempty"`
+	// TimeoutMS overrides the policy's timeout when > 0.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	Signal    int   `json:"signal,omitempty"`
+}
+
+// Reply is the server's message.
+type Reply struct {
+	Op        string   `json:"op"` // started, exit, info, stopped, error
+	ExitCode  int      `json:"exit_code"`
+	TimedOut  bool     `json:"timed_out,omitempty"`
+	Messages  []string `json:"messages,omitempty"`
+	SandboxID string   `json:"sandbox_id,omitempty"`
+	Error     string   `json:"error,omitempty"`
+	Info      *Info    `json:"info,omitempty"`
+}
+
+// Info describes a running session.
+type Info struct {
+	Name      string    `json:"name"`
+	Pid       int       `json:"pid"`
+	SandboxID string    `json:"sandbox_id"`
+	Workspace string    `json:"workspace"`
+	Started   time.Time `json:"started"`
+	Execs     int       `json:"execs"`
+	Running   int       `json:"running"`
+	Idle      string    `json:"idle_timeout"`
+	Max       string    `json:"max_lifetime"`
+	// Policy is the session's effective policy as TOML (for --fresh).
+	Policy string `json:"policy"`
+}
+
+const maxMsg = 1 << 20
+
+func send(c *net.UnixConn, v any, fds ...int) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	_, _, err = c.WriteMsgUnix(b, oob, nil)
+	return err
+}
+
+func recv(c *net.UnixConn, v any) ([]int, error) {
+	buf := make([]byte, maxMsg)
+	oob := make([]byte, unix.CmsgSpace(8*4))
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	if oobn > 0 {
+		scms, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err == nil {
+			for _, s := range scms {
+				if got, err := unix.ParseUnixRights(&s); err == nil {
+					fds = append(fds, got...)
+				}
+			}
+		}
+	}
+	for _, fd := range fds {
+		unix.CloseOnExec(fd)
+	}
+	if n == 0 {
+		closeFDs(fds)
+		return nil, errClosed
+	}
+	if err := json.Unmarshal(buf[:n], v); err != nil {
+		closeFDs(fds)
+		return nil, fmt.Errorf("decode session message: %w", err)
+	}
+	return fds, nil
+}
+
+var errClosed = errors.New("session connection closed")
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}

@@ -1,0 +1,217 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startSession starts a session in ws and registers its teardown.
+func startSession(t *testing.T, ws string, args ...string) string {
+	t.Helper()
+	name := fmt.Sprintf("t%d", time.Now().UnixNano()%1e9)
+	r := hutch(t, opts{dir: ws}, append(append([]string{"session", "start", "--name", name}, args...))...)
+	mustCode(t, r, 0)
+	if strings.TrimSpace(r.stdout) != name {
+		t.Fatalf("session start printed %q, want %q", r.stdout, name)
+	}
+	t.Cleanup(func() { hutch(t, opts{dir: ws}, "session", "stop", name) })
+	return name
+}
+
+func sessionPid(t *testing.T, ws, name string) int {
+	t.Helper()
+	r := hutch(t, opts{dir: ws}, "session", "ls")
+	for _, l := range strings.Split(r.stdout, "\n") {
+		f := strings.Fields(l)
+		if len(f) > 2 && f[0] == name {
+			pid, _ := strconv.Atoi(f[1])
+			return pid
+		}
+	}
+	t.Fatalf("session %s not listed:\n%s", name, r.stdout)
+	return 0
+}
+
+// initsOf lists the pids of inits whose parent is pid.
+func initsOf(pid int) []int {
+	var out []int
+	for _, p := range processesWith("hutch:init") {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i > 0 {
+			f := strings.Fields(s[i+1:])
+			if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+func TestSessionLifecycle(t *testing.T) {
+	ws := userDir(t)
+	name := startSession(t, ws)
+	pid := sessionPid(t, ws, name)
+	if len(initsOf(pid)) != 1 {
+		t.Fatalf("session supervisor %d has no init", pid)
+	}
+	// State persists between execs: it is one sandbox.
+	r := hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c", "echo kept > /tmp/state; echo $HOME")
+	mustCode(t, r, 0)
+	for i := 0; i < 10; i++ {
+		r = hutch(t, opts{dir: ws}, "exec", name, "--", "cat", "/tmp/state")
+		mustCode(t, r, 0)
+		if r.stdout != "kept\n" {
+			t.Fatalf("exec %d: %q", i, r.stdout)
+		}
+	}
+	// Concurrent execs.
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			r := hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c", fmt.Sprintf("sleep 0.2; echo c%d; exit %d", i, i))
+			if r.code != i || r.stdout != fmt.Sprintf("c%d\n", i) {
+				errs <- fmt.Sprintf("concurrent exec %d: code %d out %q err %q", i, r.code, r.stdout, r.stderr)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	// Stop: every process gone, the socket gone.
+	r = hutch(t, opts{dir: ws}, "session", "stop", name)
+	mustCode(t, r, 0)
+	deadline := time.Now().Add(5 * time.Second)
+	for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if syscall.Kill(pid, 0) == nil {
+		t.Errorf("session supervisor %d still alive after stop", pid)
+	}
+	if n := initsOf(pid); len(n) != 0 {
+		t.Errorf("session init still alive: %v", n)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, "hutch", name+".sock")); !os.IsNotExist(err) {
+		t.Errorf("socket left behind: %v", err)
+	}
+	r = hutch(t, opts{dir: ws}, "exec", name, "--", "true")
+	mustCode(t, r, 125)
+	if !strings.Contains(r.stderr, fmt.Sprintf("no session named %q is running", name)) {
+		t.Errorf("exec into a stopped session: %s", r.stderr)
+	}
+}
+
+// Every exec gets the same hardening as hutch run.
+func TestSessionExecHardening(t *testing.T) {
+	ws := userDir(t)
+	probeIn(t, ws)
+	name := startSession(t, ws)
+	r := hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c",
+		`id -u; grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; ./probe keyctl direct:80; touch /usr/x 2>&1; curl -sS https://evil.example/ 2>&1 | head -1`)
+	mustCode(t, r, 0)
+	for _, want := range []string{"1000\n", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "keyctl EPERM", "direct:80 EACCES", "Read-only file system", "response 403"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("exec lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	for _, want := range []string{"hutch: blocked by seccomp policy: keyctl (1 time)", "direct connection to 203.0.113.1:80", "destination evil.example:443 not allowlisted (1 attempt)"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("exec stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	// The next exec's summary does not repeat the previous exec's blocks.
+	r = hutch(t, opts{dir: ws}, "exec", name, "--", "true")
+	mustCode(t, r, 0)
+	if r.stderr != "" {
+		t.Errorf("clean exec printed: %q", r.stderr)
+	}
+}
+
+// An exec's timeout kills it and everything it started; the session lives.
+func TestSessionExecTimeout(t *testing.T) {
+	ws := userDir(t)
+	name := startSession(t, ws)
+	m := uniqueMarker(t)
+	r := hutch(t, opts{dir: ws}, "exec", "--timeout", "1s", name, "--", "/bin/sh", "-c", "setsid sleep 1000 & sleep 1000; : "+m)
+	mustCode(t, r, 124)
+	if !strings.Contains(r.stderr, "hutch: timed out after 1s") {
+		t.Errorf("stderr: %s", r.stderr)
+	}
+	waitGone(t, m, 3*time.Second)
+	r = hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c", "ps -eo args | grep -c '[s]leep 1000'")
+	if strings.TrimSpace(r.stdout) != "0" {
+		t.Errorf("leftover sleeps in the session: %q", r.stdout)
+	}
+	// Leftovers of a normal exit are killed too.
+	r = hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c", "(setsid sleep 999 &) ; echo started")
+	mustCode(t, r, 0)
+	r = hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c", "ps -eo args | grep -c '[s]leep 999'")
+	if strings.TrimSpace(r.stdout) != "0" {
+		t.Errorf("a finished exec left processes behind: %q", r.stdout)
+	}
+}
+
+func TestSessionIdleExpiry(t *testing.T) {
+	ws := userDir(t)
+	pol := filepath.Join(userDir(t), "p.toml")
+	writeUserFile(t, pol, "version = 1\n[lifecycle]\nsession_idle = \"2s\"\nsession_max = \"1h\"\n")
+	name := startSession(t, ws, "--policy", pol)
+	pid := sessionPid(t, ws, name)
+	deadline := time.Now().Add(15 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("idle session did not end")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := initsOf(pid); len(n) != 0 {
+		t.Errorf("init of the expired session alive: %v", n)
+	}
+}
+
+// SIGKILL of the session's supervisor takes its sandbox down.
+func TestSessionSupervisorKilled(t *testing.T) {
+	ws := userDir(t)
+	name := startSession(t, ws)
+	pid := sessionPid(t, ws, name)
+	inits := initsOf(pid)
+	if len(inits) != 1 {
+		t.Fatalf("inits of %d: %v", pid, inits)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	deadline := time.Now().Add(5 * time.Second)
+	for syscall.Kill(inits[0], 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the init survived its supervisor")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r := hutch(t, opts{dir: ws}, "session", "ls")
+	if strings.Contains(r.stdout, name) {
+		t.Errorf("dead session still listed:\n%s", r.stdout)
+	}
+}
+
+// --fresh runs the command in a new sandbox with the session's policy.
+func TestSessionFresh(t *testing.T) {
+	ws := userDir(t)
+	name := startSession(t, ws, "--timeout", "7s")
+	hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c", "echo x > /tmp/in-session")
+	r := hutch(t, opts{dir: ws}, "exec", "--fresh", name, "--", "/bin/sh", "-c", "ls /tmp/in-session 2>&1; sleep 30")
+	mustCode(t, r, 124)
+	if !strings.Contains(r.stdout, "No such file") || !strings.Contains(r.stderr, "timed out after 7s") {
+		t.Errorf("--fresh: stdout %q stderr %q", r.stdout, r.stderr)
+	}
+}
