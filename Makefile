@@ -12,9 +12,9 @@ BUILD_TAGS := netgo,osusergo
 LDFLAGS    := -s -w -X main.version=$(VERSION) -linkmode external -extldflags "-static"
 # Debian packages needed to build and test.
 DEB_BUILD  := gcc libc6-dev libseccomp-dev pkg-config
-DEB_TEST   := git make python3 curl bubblewrap hyperfine busybox-static
+DEB_TEST   := git make python3 curl bubblewrap hyperfine busybox-static nodejs
 
-.PHONY: all build deps deps-test demo test test-unit test-e2e test-vm vet fmt clean bench
+.PHONY: all build deps deps-test demo test test-unit test-e2e test-vm test-mcp vet fmt clean bench
 
 all: build
 
@@ -23,6 +23,7 @@ deps:
 
 deps-test:
 	@sh scripts/deps.sh $(DEB_BUILD) $(DEB_TEST)
+	@command -v npm >/dev/null || sh scripts/deps.sh npm
 
 $(BIN): deps $(shell find . -name '*.go' -o -name '*.c' -o -name '*.json' | grep -v '^./test/') go.mod
 	@mkdir -p bin
@@ -56,6 +57,7 @@ test-e2e: build deps-test
 test: SHELL := /bin/bash
 test: build deps-test fmt vet
 	HUTCH_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 ./...
+	$(MAKE) --no-print-directory test-mcp
 	@if [ -n "$$CI" ] || [ -n "$$HUTCH_VM" ]; then $(MAKE) --no-print-directory test-vm; \
 	 else echo "make test: the qemu VM tier (cgroup v2 host) runs in CI or with HUTCH_VM=1: make test-vm"; fi
 
@@ -63,6 +65,10 @@ test: build deps-test fmt vet
 # TCG, hutch run as uid 1000 there; installs qemu as root. docs/TESTING.md.
 test-vm: build
 	HUTCH_BIN=$(CURDIR)/$(BIN) HUTCH_VM=1 $(GO) test -count=1 -v ./test/vm/
+
+# A real MCP client (the official TypeScript SDK under node) drives hutch mcp.
+test-mcp: build deps-test
+	HUTCH_BIN=$(CURDIR)/$(BIN) bash test/mcp/run.sh
 
 bench: build deps-test
 	bash bench/run.sh

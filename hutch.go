@@ -65,9 +65,13 @@ type Session struct {
 	prof   string
 	rec    *seclog.Recorder // session-wide events (the proxy)
 	egress *egressServer
+	limits *limits
 	ws     string
 	id     string
 	timing []nsjail.Stage
+	// warnings go to the first command's Result.Warnings.
+	warnMu   sync.Mutex
+	warnings []string
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -140,6 +144,14 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 		s.rec.Record(seclog.Event{Kind: seclog.KindSandbox, Rule: "seccomp", Subject: "notification unavailable",
 			Message: "seccomp user notification unavailable (" + s.filter.NotifyUnavailable + "): denials are enforced but not logged", Level: slog.LevelInfo})
 	}
+	if s.limits, err = setupLimits(ctx, p, s.id, o.Logger); err != nil {
+		return nil, err
+	}
+	if s.limits.cg == nil {
+		if w := warnOnce(s.rec, "rlimit-fallback", "memory, pids and cpus are capped only per process here (no cgroup): "+s.limits.reason); w != "" {
+			s.warnings = append(s.warnings, w)
+		}
+	}
 	proxied := p.Network.Mode == policy.NetProxy
 	cfg := &nsjail.Config{
 		Setup: nsjail.Setup{
@@ -150,6 +162,7 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 			GID:      p.Sandbox.GID,
 			Timing:   o.Timing,
 			Proxy:    proxied,
+			Rlimits:  s.limits.rlimits,
 		},
 		Seccomp:    s.filter.BPF,
 		Executable: o.Executable,
@@ -157,6 +170,13 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 	}
 	if o.Diagnostics != nil {
 		cfg.Stderr = o.Diagnostics
+	}
+	if cg := s.limits.cg; cg != nil {
+		if fd, ok := cg.FD(); ok {
+			cfg.CgroupFD = fd // the init starts inside it (CLONE_INTO_CGROUP)
+		} else {
+			cfg.AfterStart = cg.AddProc // before the init runs any command
+		}
 	}
 	tPlan := time.Since(t0)
 	sctx, cancel := context.WithTimeout(ctx, initSetupBudget)
@@ -205,6 +225,7 @@ func (s *Session) Close() error {
 			s.sb.Close()
 		}
 		s.egress.stop()
+		s.limits.close()
 		if s.prot != nil {
 			err = s.prot.Cleanup()
 		}
@@ -247,6 +268,10 @@ type Result struct {
 	Messages []string
 	// SandboxID identifies the sandbox in the security log.
 	SandboxID string
+	// Warnings say what this host could not enforce (best effort). They
+	// come once, with the first command of a session, and are also in the
+	// security log; the CLI prints them on its stderr.
+	Warnings []string
 	// Timing lists per-stage durations when requested.
 	Timing []nsjail.Stage
 }
@@ -305,6 +330,7 @@ func (s *Session) Exec(ctx context.Context, o *ExecOptions) (*Result, error) {
 			serveSeccomp(nctx, mine, s.filter, s.prof, rec)
 		}()
 	}
+	before := s.limits.events()
 	proc, err := s.sb.Exec(req)
 	if req.Notify != nil {
 		req.Notify.Close()
@@ -313,6 +339,9 @@ func (s *Session) Exec(ctx context.Context, o *ExecOptions) (*Result, error) {
 		return nil, &nsjail.SetupError{Op: "start the command", Err: err}
 	}
 	res := &Result{SandboxID: s.id}
+	s.warnMu.Lock()
+	res.Warnings, s.warnings = s.warnings, nil
+	s.warnMu.Unlock()
 	timeout := s.p.Resources.Timeout.D()
 	if o.Timeout > 0 {
 		timeout = o.Timeout
@@ -364,6 +393,9 @@ wait:
 		res.Messages = append(res.Messages, "hutch: "+info.Err.Error())
 	default:
 		res.ExitCode = info.Code()
+	}
+	if info.Err == nil && info.ExecCode == 0 {
+		s.limits.report(before, s.limits.events(), info.Status, s.p, rec)
 	}
 	res.Messages = append(res.Messages, rec.Summary()...)
 	if s.o.Timing {

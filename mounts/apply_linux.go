@@ -12,10 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// StageDir is where the new root is assembled inside the sandbox's private
-// mount namespace before pivot_root. Mounting over it there does not touch
-// the host's view.
-const StageDir = "/tmp"
+// stageDir is where the new root is assembled inside the sandbox's private
+// mount namespace before pivot_root (Plan.Stage). Mounting over it there
+// does not touch the host's view.
+var stageDir = "/tmp"
 
 // Timing receives the duration of each phase of Execute.
 type Timing func(name string, d time.Duration)
@@ -69,15 +69,18 @@ func Execute(p *Plan, timing Timing) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make / private in the new mount namespace: %w", err)
 	}
+	if p.Stage != "" {
+		stageDir = p.Stage
+	}
 	size := p.RootSize
 	if size <= 0 {
 		size = 8 << 20
 	}
-	if err := unix.Mount("hutch-root", StageDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
+	if err := unix.Mount("hutch-root", stageDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV,
 		fmt.Sprintf("size=%d,nr_inodes=8192,mode=0755", size)); err != nil {
-		return fmt.Errorf("mount the root tmpfs on %s: %w", StageDir, err)
+		return fmt.Errorf("mount the root tmpfs on %s: %w", stageDir, err)
 	}
-	rootFD, err := unix.Open(StageDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	rootFD, err := unix.Open(stageDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open new root: %w", err)
 	}
@@ -93,7 +96,7 @@ func Execute(p *Plan, timing Timing) error {
 	timing("mounts.steps", time.Since(t0))
 
 	t0 = time.Now()
-	if err := unix.Chdir(StageDir); err != nil {
+	if err := unix.Chdir(stageDir); err != nil {
 		return fmt.Errorf("chdir to new root: %w", err)
 	}
 	if err := unix.PivotRoot(".", "."); err != nil {
@@ -121,7 +124,7 @@ func (s Step) what() string {
 
 // under returns the path of target beneath the staging root.
 func under(target string) string {
-	return filepath.Join(StageDir, filepath.Clean("/"+target))
+	return filepath.Join(stageDir, filepath.Clean("/"+target))
 }
 
 func apply(rootFD int, s Step, src, devNull int) error {
@@ -275,7 +278,7 @@ func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 func mountPoint(p string, dir bool) error {
 	err := makeMountPoint(p, dir)
 	if errors.Is(err, unix.EROFS) {
-		inside := strings.TrimPrefix(p, StageDir)
+		inside := strings.TrimPrefix(p, stageDir)
 		return fmt.Errorf("the mount point %s does not exist inside an already mounted read-only tree, and cannot be created there; choose a target that exists, or one outside the tooling tree (e.g. /mnt/NAME): %w", inside, err)
 	}
 	return err

@@ -152,7 +152,46 @@ func Build(s *Spec) (*Plan, error) {
 	for _, b := range s.ReadOnly {
 		p.Add(Step{Kind: Bind, Source: b[0], Target: b[1], ReadOnly: true, Why: "extra read-only bind"})
 	}
+	stage, err := pickStage(p)
+	if err != nil {
+		return nil, err
+	}
+	p.Stage = stage
 	return p, nil
+}
+
+// stageCandidates are host directories the new root may be built on.
+var stageCandidates = []string{"/tmp", "/mnt", "/media", "/srv", "/boot", "/var/tmp", "/run", "/var", "/home"}
+
+// pickStage returns the first candidate that is a real directory and that
+// no bind source contains (a source equal to or above it, such as a
+// workspace at /tmp, would see the half-built root through its recursive
+// bind).
+func pickStage(p *Plan) (string, error) {
+	var srcs []string
+	for _, s := range p.Steps {
+		if s.Kind == Bind {
+			if r, err := filepath.EvalSymlinks(s.Source); err == nil {
+				srcs = append(srcs, r)
+			} else {
+				srcs = append(srcs, s.Source)
+			}
+		}
+	}
+next:
+	for _, c := range stageCandidates {
+		fi, err := os.Lstat(c)
+		if err != nil || !fi.IsDir() {
+			continue
+		}
+		for _, src := range srcs {
+			if src == "/" || c == src || strings.HasPrefix(c, strings.TrimSuffix(src, "/")+"/") {
+				continue next
+			}
+		}
+		return c, nil
+	}
+	return "", fmt.Errorf("no directory to build the sandbox's root on: every one of %v is missing or inside a bind source; choose a workspace elsewhere", stageCandidates)
 }
 
 // sortSymlinks keeps map-ordered symlink steps deterministic.

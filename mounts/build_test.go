@@ -143,3 +143,18 @@ func TestPrepareProtected(t *testing.T) {
 		}
 	})
 }
+
+func TestPickStageAvoidsBindSources(t *testing.T) {
+	p := &Plan{Steps: []Step{{Kind: Bind, Source: "/tmp", Target: "/workspace"}}}
+	st, err := pickStage(p)
+	if err != nil {
+		t.Skipf("no second candidate on this host: %v", err)
+	}
+	if st == "/tmp" {
+		t.Errorf("stage /tmp chosen although the workspace is /tmp")
+	}
+	p = &Plan{Steps: []Step{{Kind: Bind, Source: "/tmp/ws", Target: "/workspace"}}}
+	if st, _ := pickStage(p); st != "/tmp" {
+		t.Errorf("stage %q, want /tmp (a workspace below /tmp does not contain it)", st)
+	}
+}

@@ -76,8 +76,12 @@ type Step struct {
 type Plan struct {
 	// RootSize caps the root tmpfs (it holds only mount points and the
 	// synthesized /etc files, and is made read-only after setup).
-	RootSize int64  `json:"root_size"`
-	Steps    []Step `json:"steps"`
+	RootSize int64 `json:"root_size"`
+	// Stage is the existing host directory that the new root is mounted
+	// on while it is built; no bind source may contain it, or a recursive
+	// bind would copy the half-built root into the sandbox.
+	Stage string `json:"stage"`
+	Steps []Step `json:"steps"`
 }
 
 // Add appends steps to the plan.

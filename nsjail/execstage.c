@@ -11,7 +11,9 @@
 //   4      Landlock ruleset
 //   5      seccomp BPF program (memfd holding struct sock_filter[])
 //   6      unix socket on which the seccomp listener fd is sent
-// argv: MAGIC, flags, cwd, file, argv0, args...
+// argv: MAGIC, flags, rlimits, cwd, file, argv0, args...
+// rlimits: "" or "RES:CUR:MAX,RES:CUR:MAX,..." (numbers; MAX -1 = infinity),
+// set just before the command starts.
 // flags: a string of letters: 'n' = seccomp with user notification,
 // 'r' = stay as the command's reaper (see reaper() below).
 // The environment is the command's.
@@ -147,6 +149,25 @@ static void load_seccomp(int notify) {
 	free(insns);
 }
 
+// set_rlimits applies "RES:CUR:MAX,..." (RLIM_INFINITY as -1).
+static void set_rlimits(const char *spec) {
+	const char *p = spec;
+	while (p && *p) {
+		char *end;
+		long res = strtol(p, &end, 10);
+		if (*end != ':')
+			fail(125, EINVAL, "parse resource limits");
+		long long cur = strtoll(end + 1, &end, 10);
+		if (*end != ':')
+			fail(125, EINVAL, "parse resource limits");
+		long long max = strtoll(end + 1, &end, 10);
+		struct rlimit rl = {cur < 0 ? RLIM_INFINITY : (rlim_t)cur, max < 0 ? RLIM_INFINITY : (rlim_t)max};
+		if (setrlimit((int)res, &rl) < 0)
+			fail(125, errno, "set a resource limit");
+		p = (*end == ',') ? end + 1 : NULL;
+	}
+}
+
 // Signals the reaper relays to the command's process group.
 static const int forwarded[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT, SIGTSTP};
 
@@ -279,12 +300,13 @@ static void reaper(const char *file, char **cargv) {
 
 __attribute__((constructor)) static void hutch_exec_stage(int argc, char **argv, char **envp) {
 	(void)envp;
-	if (argc < 5 || argv == NULL || argv[0] == NULL || strcmp(argv[0], HUTCH_EXEC_MAGIC) != 0)
+	if (argc < 6 || argv == NULL || argv[0] == NULL || strcmp(argv[0], HUTCH_EXEC_MAGIC) != 0)
 		return;
 	const char *flags = argv[1];
-	const char *cwd = argv[2];
-	const char *file = argv[3];
-	char **cargv = &argv[4];
+	const char *rlimits = argv[2];
+	const char *cwd = argv[3];
+	const char *file = argv[4];
+	char **cargv = &argv[5];
 	int notify = strchr(flags, 'n') != NULL;
 	int reap = strchr(flags, 'r') != NULL;
 
@@ -325,6 +347,7 @@ __attribute__((constructor)) static void hutch_exec_stage(int argc, char **argv,
 		for (int fd = 4; fd < 1024; fd++)
 			close(fd);
 	}
+	set_rlimits(rlimits);
 	if (reap)
 		reaper(file, cargv); // never returns
 	execvpe(file, cargv, environ);

@@ -57,6 +57,7 @@ type initState struct {
 	procs   map[int]*initProc
 	sendMu  sync.Mutex
 	timings []Stage
+	rlimits string // for the exec stage: "RES:CUR:MAX,..."
 }
 
 type initProc struct {
@@ -91,6 +92,7 @@ func (in *initState) setup() error {
 	}
 	s := m.Setup
 	in.setupM = s
+	in.rlimits = formatRlimits(s.Rlimits)
 	in.bpfFD, in.llFD = -1, -1
 	if s.Seccomp {
 		if len(fds) != 1 {
@@ -278,7 +280,7 @@ func (in *initState) spawn(m *message, fds []int) {
 			AmbientCaps: []uintptr{unix.CAP_SETPCAP},
 		},
 	}
-	argv := append([]string{execMagic, flags, sp.Cwd, sp.Argv[0]}, sp.Argv...)
+	argv := append([]string{execMagic, flags, in.rlimits, sp.Cwd, sp.Argv[0]}, sp.Argv...)
 	in.mu.Lock()
 	pid, err := syscall.ForkExec("/proc/self/exe", argv, attr)
 	unix.Close(pr[1])
@@ -293,6 +295,25 @@ func (in *initState) spawn(m *message, fds []int) {
 	in.mu.Unlock()
 	go readStatus(pr[0], p.execErr)
 	_ = in.send(&message{Op: opStarted, ID: m.ID, Pid: pid})
+}
+
+func formatRlimits(rl []Rlimit) string {
+	var b []byte
+	for i, r := range rl {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(r.Resource), 10)
+		for _, v := range []uint64{r.Cur, r.Max} {
+			b = append(b, ':')
+			if v == ^uint64(0) {
+				b = append(b, "-1"...)
+			} else {
+				b = strconv.AppendUint(b, v, 10)
+			}
+		}
+	}
+	return string(b)
 }
 
 // readStatus reads the exec stage's status pipe: EOF with no data means the

@@ -44,6 +44,12 @@ type Config struct {
 	// output); nil discards them.
 	Stderr io.Writer
 	Logger *slog.Logger
+	// CgroupFD, when > 0, is a cgroup v2 directory the init starts in
+	// atomically (clone3 CLONE_INTO_CGROUP).
+	CgroupFD int
+	// AfterStart runs with the init's pid before the init is configured
+	// (and so before it runs any command): e.g. joining a v1 cgroup.
+	AfterStart func(pid int) error
 }
 
 // Sandbox is a running sandbox: an init holding the namespaces.
@@ -133,9 +139,10 @@ func Start(ctx context.Context, cfg *Config) (*Sandbox, error) {
 	child := os.NewFile(uintptr(pair[1]), "control-init")
 
 	cmd := &exec.Cmd{
-		Path:       exe,
-		Args:       []string{initMagic},
-		Env:        []string{},
+		Path: exe,
+		Args: []string{initMagic},
+		// A fixed, small number of threads: they count against pids.max.
+		Env:        []string{"GOMAXPROCS=2"},
 		ExtraFiles: []*os.File{child},
 		Stderr:     cfg.Stderr,
 		SysProcAttr: &syscall.SysProcAttr{
@@ -146,6 +153,10 @@ func Start(ctx context.Context, cfg *Config) (*Sandbox, error) {
 			GidMappingsEnableSetgroups: false,
 			Pdeathsig:                  syscall.SIGKILL,
 		},
+	}
+	if cfg.CgroupFD > 0 {
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = cfg.CgroupFD
 	}
 	s := &Sandbox{
 		ctrl:     newConn(parent),
@@ -174,6 +185,12 @@ func Start(ctx context.Context, cfg *Config) (*Sandbox, error) {
 	if err != nil {
 		parent.Close()
 		return nil, &SetupError{"create the sandbox's namespaces", diagnoseClone(err)}
+	}
+	if cfg.AfterStart != nil {
+		if err := cfg.AfterStart(s.initPid); err != nil {
+			s.kill()
+			return nil, &SetupError{"place the sandbox in its cgroup", err}
+		}
 	}
 	var fds []int
 	var memfd *os.File

@@ -16,11 +16,20 @@ type Setup struct {
 	Seccomp bool `json:"seccomp"`
 	// Landlock, when non-nil, is turned into a ruleset after pivot_root.
 	Landlock *LandlockSpec `json:"landlock,omitempty"`
+	// Rlimits are set on every command (by its exec stage).
+	Rlimits []Rlimit `json:"rlimits,omitempty"`
 	// Proxy asks the init to create the egress proxy's sockets inside the
 	// sandbox's network namespace and hand them over with Ready.
 	Proxy bool `json:"proxy,omitempty"`
 	// Timing asks the init to report per-stage timings.
 	Timing bool `json:"timing,omitempty"`
+}
+
+// Rlimit is one resource limit; ^uint64(0) is RLIM_INFINITY.
+type Rlimit struct {
+	Resource int    `json:"resource"`
+	Cur      uint64 `json:"cur"`
+	Max      uint64 `json:"max"`
 }
 
 // LandlockSpec lists the paths and ports of the Landlock ruleset, as seen

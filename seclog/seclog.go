@@ -258,6 +258,9 @@ func (r *Recorder) Summary() []string {
 			}
 		}
 		line := fmt.Sprintf("hutch: %s (%s)", ev.Message, times)
+		if ev.Kind == KindLimit || ev.Kind == KindTimeout {
+			line = "hutch: " + ev.Message // happens once per command; no count
+		}
 		if ev.Hint != "" {
 			line += "; " + ev.Hint
 		}

@@ -241,5 +241,5 @@ func (s *Server) exec(ctx context.Context, c *net.UnixConn, req *Request, fds []
 		send(c, &Reply{Op: "exit", ExitCode: hutch.ExitSetup, Messages: []string{"hutch: " + err.Error()}, SandboxID: s.Session.ID()})
 		return
 	}
-	send(c, &Reply{Op: "exit", ExitCode: res.ExitCode, TimedOut: res.TimedOut, Messages: res.Messages, SandboxID: res.SandboxID})
+	send(c, &Reply{Op: "exit", ExitCode: res.ExitCode, TimedOut: res.TimedOut, Messages: append(res.Messages, res.Warnings...), SandboxID: res.SandboxID})
 }

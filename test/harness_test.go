@@ -82,6 +82,13 @@ func setup() (int, error) {
 	if err := os.Chown(rt, testUID, testGID); err != nil {
 		return 0, err
 	}
+	// Warm hutch's per-user caches (the compiled seccomp filter, the
+	// one-time best-effort warning) so that no test depends on running
+	// first.
+	warm := hutchCmd(opts{dir: stateDir}, "run", "--no-discover", "--", "true")
+	if out, err := warm.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("warm-up run failed: %v\n%s", err, out)
+	}
 	return -1, nil
 }
 

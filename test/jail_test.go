@@ -311,13 +311,30 @@ func TestInheritedFDNotReachable(t *testing.T) {
 func TestTimeoutLeavesNoProcess(t *testing.T) {
 	ws := userDir(t)
 	m := uniqueMarker(t)
-	r := hutch(t, opts{dir: ws}, "run", "--timeout", "1s", "--", "/bin/sh", "-c", "sleep 1000 & sleep 1000; : "+m)
-	mustCode(t, r, 124)
-	if r.elapsed > 15*time.Second {
-		t.Errorf("timeout of 1s took %s", r.elapsed)
+	cmd := hutchCmd(opts{dir: ws}, "run", "--timeout", "1s", "--", "/bin/sh", "-c", "sleep 1000 & setsid sleep 1000 & sleep 1000; : "+m)
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var inits []int
+	for len(inits) == 0 && time.Since(start) < 10*time.Second {
+		inits = initsOf(cmd.Process.Pid)
+		time.Sleep(5 * time.Millisecond)
+	}
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 124 {
+		t.Fatalf("exit %v, want 124", err)
+	}
+	if el := time.Since(start); el > 15*time.Second {
+		t.Errorf("timeout of 1s took %s", el)
+	}
+	if len(inits) != 1 {
+		t.Fatalf("could not find the run's init: %v", inits)
 	}
 	waitGone(t, m, 2*time.Second)
-	waitGone(t, "hutch:init", 2*time.Second)
+	if syscall.Kill(inits[0], 0) == nil {
+		t.Errorf("the sandbox's init %d is still alive", inits[0])
+	}
 }
 
 // SIGKILL of the supervisor takes the whole sandbox down.

@@ -76,7 +76,7 @@ func newApp() *cli.App {
 		OnUsageError: func(c *cli.Context, err error, isSub bool) error {
 			return &exitError{hutch.ExitSetup, "hutch: " + err.Error() + " (see hutch " + c.Command.Name + " --help)"}
 		},
-		Commands: []*cli.Command{runCommand(), execCommand(), sessionCommand(), policyCommand(), seccompCommand()},
+		Commands: []*cli.Command{runCommand(), execCommand(), sessionCommand(), mcpCommand(), policyCommand(), seccompCommand()},
 	}
 }
 
@@ -91,6 +91,9 @@ func policyFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "ro-bind", Usage: "extra read-only bind `SRC[:DST]` (repeatable)"},
 		&cli.StringFlag{Name: "net", Usage: "network mode: proxy (default deny, allowlist through the egress proxy) or none"},
 		&cli.StringFlag{Name: "tmp-size", Usage: "size cap of /tmp, e.g. 512MiB"},
+		&cli.StringFlag{Name: "memory", Usage: "memory limit of the sandbox, e.g. 512MiB (no swap)"},
+		&cli.IntFlag{Name: "pids", Usage: "process and thread limit of the sandbox"},
+		&cli.Float64Flag{Name: "cpus", Usage: "CPU cores the sandbox may use, e.g. 0.5"},
 		&cli.StringFlag{Name: "seccomp-profile", Usage: "Docker/OCI seccomp profile `FILE` instead of the built-in allowlist"},
 		&cli.StringSliceFlag{Name: "allow", Usage: "allowlist `HOST[:PORT][=ADDR]` for this run (port default 443; =ADDR pins the name to that address; repeatable)"},
 		&cli.BoolFlag{Name: "no-discover", Usage: "do not allowlist the package registries the host's tools are configured to use"},
@@ -127,6 +130,19 @@ func effectivePolicy(c *cli.Context) (*policy.Policy, error) {
 			return nil, fmt.Errorf("--tmp-size: %w", err)
 		}
 		p.Filesystem.TmpSize = s
+	}
+	if v := c.String("memory"); v != "" {
+		s, err := policy.ParseSize(v)
+		if err != nil {
+			return nil, fmt.Errorf("--memory: %w", err)
+		}
+		p.Resources.Memory = s
+	}
+	if c.IsSet("pids") {
+		p.Resources.Pids = c.Int("pids")
+	}
+	if c.IsSet("cpus") {
+		p.Resources.CPUs = c.Float64("cpus")
 	}
 	if v := c.String("net"); v != "" {
 		p.Network.Mode = v
@@ -249,7 +265,7 @@ func runCommand() *cli.Command {
 			for _, t := range res.Timing {
 				fmt.Fprintf(os.Stderr, "hutch: timing %-22s %8.3f ms\n", t.Name, float64(t.Usec)/1000)
 			}
-			for _, m := range res.Messages {
+			for _, m := range append(res.Messages, res.Warnings...) {
 				fmt.Fprintln(os.Stderr, m)
 			}
 			if res.ExitCode != 0 {

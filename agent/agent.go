@@ -1,0 +1,383 @@
+// Package agent is the agent-facing face of hutch: one tool, run_command,
+// that runs a shell command line in a sandbox and returns what an agent
+// needs to act on the outcome — the command's output (capped), its exit
+// status, whether the timeout ended it, and the policy events it caused
+// ("hutch: network blocked by policy: ...").
+//
+// The package does not depend on any agent protocol; cmd/hutch's `mcp`
+// subcommand serves the Tool over MCP, and other programs can embed it:
+//
+//	t := agent.New(p, secLog) // p: a resolved, validated *policy.Policy
+//	res, err := t.RunCommand(ctx, agent.RunCommandInput{Command: "go test ./..."})
+//
+// Where the command runs is behind the Executor interface. HutchExecutor
+// makes a fresh sandbox per call (hutch.Run); a session executor (a warm
+// sandbox reused across calls) can replace it without changing the tool.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hutchsandbox/hutch/policy"
+	"github.com/hutchsandbox/hutch/seclog"
+)
+
+// ToolName is the name under which the tool is offered to agents.
+const ToolName = "run_command"
+
+// DefaultMaxOutput is the default cap, in bytes, of the stdout and of the
+// stderr kept per call (each stream separately). The rest is read and
+// dropped, so the command never blocks on a full pipe.
+const DefaultMaxOutput = 1 << 20
+
+// DefaultDrainGrace is how long RunCommand keeps reading output after the
+// executor reports the command finished. Executors end every process of
+// the command before they return, so the streams end at once; the grace is
+// a safety net against a writer that survives, which would otherwise hang
+// the call.
+const DefaultDrainGrace = 2 * time.Second
+
+// maxTimeoutSeconds bounds timeout_seconds when no policy limit applies
+// (a year), so that the duration cannot overflow.
+const maxTimeoutSeconds = 365 * 24 * 3600
+
+// Workspace is where the workspace appears inside the sandbox; Cwd must be
+// at or below it.
+const Workspace = policy.WorkspaceMount
+
+// RunCommandInput is one call of run_command.
+type RunCommandInput struct {
+	Command        string `json:"command" jsonschema:"Shell command line to run with /bin/sh -c inside the sandbox, e.g. 'go test ./... 2>&1 | tail -50'. Standard input is empty (/dev/null)."`
+	Cwd            string `json:"cwd,omitempty" jsonschema:"Working directory inside the sandbox: relative to /workspace (e.g. 'src/app') or an absolute path at or below /workspace. Default: /workspace."`
+	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"Wall-clock limit for this command in seconds; 0 or absent means the policy's timeout, which is also the largest value accepted. When it expires every process of the command is killed and exit_code is 124."`
+	Fresh          bool   `json:"fresh,omitempty" jsonschema:"Run in a new one-off sandbox even when a session sandbox is kept across calls (/tmp and HOME are then not shared with other calls). Today every call already gets a fresh sandbox."`
+}
+
+// RunCommandResult is the outcome of one call.
+type RunCommandResult struct {
+	Stdout          string   `json:"stdout" jsonschema:"The command's standard output (UTF-8; invalid bytes replaced), at most the server's output cap; see stdout_truncated."`
+	Stderr          string   `json:"stderr" jsonschema:"The command's standard error, capped like stdout; see stderr_truncated."`
+	ExitCode        int      `json:"exit_code" jsonschema:"Exit status: the command's own; 128+N when killed by signal N; 124 timed out; 125 sandbox error or cancelled; 126 cannot execute; 127 command not found."`
+	TimedOut        bool     `json:"timed_out" jsonschema:"True when the wall-clock timeout ended the command (exit_code is then 124)."`
+	StdoutTruncated bool     `json:"stdout_truncated" jsonschema:"True when stdout exceeded the cap; the kept part ends with a line '[hutch: output truncated: N bytes dropped]'."`
+	StderrTruncated bool     `json:"stderr_truncated" jsonschema:"True when stderr exceeded the cap (same marker as stdout)."`
+	Events          []string `json:"policy_events" jsonschema:"What the sandbox did to this command: 'hutch: ...' lines naming each denial (e.g. 'hutch: network blocked by policy: destination host:443 not allowlisted (1 attempt)'), a timeout or a command that could not be started. Empty when nothing was blocked. Blocked actions are policy decisions: do not retry or work around them; ask the user."`
+	SandboxID       string   `json:"sandbox_id" jsonschema:"Identifier of the sandbox in hutch's security log."`
+}
+
+// ExecRequest is one command for an Executor. Cwd is validated and
+// absolute; Stdout and Stderr are the write ends of pipes that the
+// executor hands to the command and must not close.
+type ExecRequest struct {
+	// Argv is the command, e.g. ["/bin/sh", "-c", "make test"].
+	Argv []string
+	// Cwd is the working directory inside the sandbox (absolute).
+	Cwd string
+	// Timeout is the wall-clock limit; 0 means the policy's.
+	Timeout time.Duration
+	// Fresh asks for a one-off sandbox even when the executor keeps one.
+	Fresh bool
+	// Stdout and Stderr receive the command's output.
+	Stdout, Stderr *os.File
+}
+
+// ExecResult is what an Executor reports about a finished command.
+type ExecResult struct {
+	// ExitCode is the command's status or one of hutch's Exit* codes.
+	ExitCode int
+	// TimedOut is true when the timeout ended the command.
+	TimedOut bool
+	// Events are the "hutch: ..." lines this command caused.
+	Events []string
+	// SandboxID names the sandbox in the security log.
+	SandboxID string
+}
+
+// Executor runs commands in a sandbox. Run returns an error only when the
+// command could not be run at all (the sandbox could not be made); a
+// command that fails, times out or is denied something is a result.
+// Implementations must be safe for concurrent use. An Executor that holds
+// resources across calls (a session) also implements io.Closer; Tool.Close
+// calls it.
+type Executor interface {
+	Run(ctx context.Context, req ExecRequest) (ExecResult, error)
+}
+
+// Tool is the run_command tool. Its zero MaxOutput means DefaultMaxOutput.
+type Tool struct {
+	// Exec runs the commands.
+	Exec Executor
+	// MaxOutput caps the bytes of stdout and of stderr kept per call (each
+	// separately); 0 means DefaultMaxOutput.
+	MaxOutput int
+	// MaxTimeout is the largest timeout_seconds accepted, normally the
+	// policy's resources.timeout; 0 means no limit is checked here.
+	MaxTimeout time.Duration
+	// DrainGrace bounds the reading of output after the command ended;
+	// 0 means DefaultDrainGrace.
+	DrainGrace time.Duration
+}
+
+// New returns a Tool that runs every command in a fresh sandbox under p
+// (resolved and validated, as policy.Load and the CLI flags produce it),
+// recording security events in log (nil discards them), and that accepts
+// timeouts up to p's resources.timeout.
+func New(p *policy.Policy, log *seclog.Log) *Tool {
+	if p == nil {
+		p = policy.Default()
+	}
+	return &Tool{
+		Exec:       &HutchExecutor{Policy: p, SecurityLog: log},
+		MaxTimeout: p.Resources.Timeout.D(),
+	}
+}
+
+// Close releases what the executor holds across calls (a session's
+// sandbox); it is a no-op for per-call sandboxes.
+func (t *Tool) Close() error {
+	if c, ok := t.Exec.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// InputError is a problem with the caller's input (RunCommandInput); the
+// message says what to change. Other errors from RunCommand mean the
+// sandbox could not run the command.
+type InputError struct{ Msg string }
+
+func (e *InputError) Error() string { return e.Msg }
+
+func inputErrorf(format string, a ...any) error {
+	return &InputError{Msg: fmt.Sprintf(format, a...)}
+}
+
+// Validate checks in and returns the working directory inside the sandbox
+// and the timeout (0 = the policy's) it asks for.
+func (t *Tool) Validate(in RunCommandInput) (cwd string, timeout time.Duration, err error) {
+	if strings.TrimSpace(in.Command) == "" {
+		return "", 0, inputErrorf("command is empty: pass a shell command line, e.g. \"ls -la\"")
+	}
+	if strings.ContainsRune(in.Command, 0) {
+		return "", 0, inputErrorf("command contains a NUL byte")
+	}
+	cwd, err = ResolveCwd(in.Cwd)
+	if err != nil {
+		return "", 0, err
+	}
+	if in.TimeoutSeconds < 0 {
+		return "", 0, inputErrorf("timeout_seconds %d: must be positive (or 0 for the policy's timeout)", in.TimeoutSeconds)
+	}
+	if in.TimeoutSeconds > 0 {
+		limit := int64(t.MaxTimeout / time.Second)
+		if t.MaxTimeout > 0 && int64(in.TimeoutSeconds) > limit {
+			return "", 0, inputErrorf("timeout_seconds %d exceeds the policy's limit of %d seconds (resources.timeout %s); pass at most %d, or 0 for the limit itself",
+				in.TimeoutSeconds, limit, policy.Duration(t.MaxTimeout), limit)
+		}
+		if int64(in.TimeoutSeconds) > maxTimeoutSeconds {
+			return "", 0, inputErrorf("timeout_seconds %d: too large (at most %d)", in.TimeoutSeconds, maxTimeoutSeconds)
+		}
+		timeout = time.Duration(in.TimeoutSeconds) * time.Second
+	}
+	return cwd, timeout, nil
+}
+
+// ResolveCwd turns cwd (relative to /workspace, or absolute) into a clean
+// absolute path inside the sandbox, and rejects one outside /workspace.
+// The check is lexical: inside the sandbox only /workspace is the project,
+// and a symlink there cannot lead anywhere the sandbox could not already
+// reach.
+func ResolveCwd(cwd string) (string, error) {
+	if strings.ContainsRune(cwd, 0) {
+		return "", inputErrorf("cwd contains a NUL byte")
+	}
+	p := cwd
+	if !path.IsAbs(p) {
+		p = path.Join(Workspace, p)
+	}
+	p = path.Clean(p)
+	if p != Workspace && !strings.HasPrefix(p, Workspace+"/") {
+		return "", inputErrorf("cwd %q resolves to %s, outside %s: commands run in the workspace; pass a directory relative to %s (e.g. \"src\") or an absolute path below it",
+			cwd, p, Workspace, Workspace)
+	}
+	return p, nil
+}
+
+// RunCommand runs in.Command with /bin/sh -c and returns its output and
+// outcome. A command that fails, times out or is blocked by the policy is a
+// result (see ExitCode, TimedOut, Events); an error means the input was
+// invalid (*InputError) or the sandbox could not run the command.
+func (t *Tool) RunCommand(ctx context.Context, in RunCommandInput) (RunCommandResult, error) {
+	cwd, timeout, err := t.Validate(in)
+	if err != nil {
+		return RunCommandResult{}, err
+	}
+	if t.Exec == nil {
+		return RunCommandResult{}, errors.New("agent: Tool has no Executor")
+	}
+	max := t.MaxOutput
+	if max <= 0 {
+		max = DefaultMaxOutput
+	}
+	grace := t.DrainGrace
+	if grace <= 0 {
+		grace = DefaultDrainGrace
+	}
+
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return RunCommandResult{}, fmt.Errorf("create the stdout pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return RunCommandResult{}, fmt.Errorf("create the stderr pipe: %w", err)
+	}
+	var stdout, stderr capture
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); stdout.readAll(outR, max) }()
+	go func() { defer wg.Done(); stderr.readAll(errR, max) }()
+
+	res, runErr := t.Exec.Run(ctx, ExecRequest{
+		Argv:    []string{"/bin/sh", "-c", in.Command},
+		Cwd:     cwd,
+		Timeout: timeout,
+		Fresh:   in.Fresh,
+		Stdout:  outW,
+		Stderr:  errW,
+	})
+	// Our write ends go; the streams end when the sandbox's copies do.
+	outW.Close()
+	errW.Close()
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	timer := time.NewTimer(grace)
+	cutOff := false
+	select {
+	case <-drained:
+	case <-timer.C:
+		cutOff = true
+	}
+	timer.Stop()
+	// Closing the read ends ends readers still blocked (cut off).
+	outR.Close()
+	errR.Close()
+	<-drained
+
+	if runErr != nil {
+		msg := runErr.Error()
+		if s := strings.TrimSpace(stderr.text()); s != "" {
+			msg += "\n" + s
+		}
+		return RunCommandResult{}, errors.New(msg)
+	}
+	r := RunCommandResult{
+		Stdout:          stdout.text(),
+		Stderr:          stderr.text(),
+		ExitCode:        res.ExitCode,
+		TimedOut:        res.TimedOut,
+		StdoutTruncated: stdout.dropped > 0,
+		StderrTruncated: stderr.dropped > 0,
+		Events:          append([]string{}, res.Events...),
+		SandboxID:       res.SandboxID,
+	}
+	if cutOff {
+		r.Events = append(r.Events, fmt.Sprintf("hutch: stopped reading output %s after the command ended: a background process still holds stdout or stderr open", grace))
+	}
+	return r, nil
+}
+
+// TruncationMarker is the line that ends kept output when the rest was
+// dropped.
+func TruncationMarker(dropped int64) string {
+	return fmt.Sprintf("[hutch: output truncated: %d bytes dropped]", dropped)
+}
+
+// capture keeps the first max bytes of a stream and counts the rest.
+type capture struct {
+	buf     []byte
+	dropped int64
+}
+
+// readAll reads r to its end (or until it is closed), keeping at most max
+// bytes: a command writing more never blocks on a full pipe.
+func (c *capture) readAll(r io.Reader, max int) {
+	chunk := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(chunk)
+		if n > 0 {
+			keep := min(n, max-len(c.buf))
+			if keep > 0 {
+				c.buf = append(c.buf, chunk[:keep]...)
+			}
+			c.dropped += int64(n - keep)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// text is the kept output as valid UTF-8, ending with the truncation
+// marker on a line of its own when something was dropped. A character cut
+// in half by the cap is dropped whole.
+func (c *capture) text() string {
+	b, dropped := c.buf, c.dropped
+	if dropped > 0 {
+		// Back up over an incomplete UTF-8 sequence at the cut.
+		for i := 1; i <= utf8.UTFMax && i <= len(b); i++ {
+			if utf8.RuneStart(b[len(b)-i]) {
+				if !utf8.FullRune(b[len(b)-i:]) {
+					dropped += int64(i)
+					b = b[:len(b)-i]
+				}
+				break
+			}
+		}
+	}
+	s := strings.ToValidUTF8(string(b), "\uFFFD")
+	if dropped > 0 {
+		if s != "" && !strings.HasSuffix(s, "\n") {
+			s += "\n"
+		}
+		s += TruncationMarker(dropped) + "\n"
+	}
+	return s
+}
+
+// FormatText renders r compactly for clients that read only text: the exit
+// status, then stdout, stderr and the policy events, each only when
+// non-empty.
+func FormatText(r RunCommandResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "exit_code: %d", r.ExitCode)
+	if r.TimedOut {
+		b.WriteString(" (timed out)")
+	}
+	b.WriteString("\n")
+	section := func(name, body string) {
+		if body == "" {
+			return
+		}
+		b.WriteString("--- " + name + " ---\n")
+		b.WriteString(body)
+		if !strings.HasSuffix(body, "\n") {
+			b.WriteString("\n")
+		}
+	}
+	section("stdout", r.Stdout)
+	section("stderr", r.Stderr)
+	section("policy_events", strings.Join(r.Events, "\n"))
+	return b.String()
+}

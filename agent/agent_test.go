@@ -1,0 +1,381 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"os"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hutchsandbox/hutch/policy"
+)
+
+// fakeExec runs fn in place of a sandbox and records the requests.
+type fakeExec struct {
+	mu     sync.Mutex
+	reqs   []ExecRequest
+	fn     func(req ExecRequest) (ExecResult, error)
+	closed bool
+}
+
+func (f *fakeExec) Run(ctx context.Context, req ExecRequest) (ExecResult, error) {
+	f.mu.Lock()
+	f.reqs = append(f.reqs, req)
+	f.mu.Unlock()
+	if f.fn == nil {
+		return ExecResult{}, nil
+	}
+	return f.fn(req)
+}
+
+func (f *fakeExec) Close() error { f.closed = true; return nil }
+
+func (f *fakeExec) last(t *testing.T) ExecRequest {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.reqs) == 0 {
+		t.Fatal("executor not called")
+	}
+	return f.reqs[len(f.reqs)-1]
+}
+
+// runWithin fails the test when RunCommand does not return in time (a
+// command blocked on a full pipe would hang it).
+func runWithin(t *testing.T, tool *Tool, in RunCommandInput, d time.Duration) (RunCommandResult, error) {
+	t.Helper()
+	type ret struct {
+		r   RunCommandResult
+		err error
+	}
+	ch := make(chan ret, 1)
+	go func() {
+		r, err := tool.RunCommand(context.Background(), in)
+		ch <- ret{r, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.r, r.err
+	case <-time.After(d):
+		t.Fatalf("RunCommand(%+v) did not return within %s", in, d)
+		return RunCommandResult{}, nil
+	}
+}
+
+func TestRunCommandResult(t *testing.T) {
+	f := &fakeExec{fn: func(req ExecRequest) (ExecResult, error) {
+		req.Stdout.WriteString("hello\n")
+		req.Stderr.WriteString("warning\n")
+		return ExecResult{ExitCode: 3, Events: []string{"hutch: network blocked by policy: destination x.example:443 not allowlisted (1 attempt)"}, SandboxID: "sb-1"}, nil
+	}}
+	tool := &Tool{Exec: f}
+	r, err := runWithin(t, tool, RunCommandInput{Command: "make test"}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := RunCommandResult{
+		Stdout: "hello\n", Stderr: "warning\n", ExitCode: 3, SandboxID: "sb-1",
+		Events: []string{"hutch: network blocked by policy: destination x.example:443 not allowlisted (1 attempt)"},
+	}
+	if !reflect.DeepEqual(r, want) {
+		t.Fatalf("result\n%+v\nwant\n%+v", r, want)
+	}
+	req := f.last(t)
+	if !reflect.DeepEqual(req.Argv, []string{"/bin/sh", "-c", "make test"}) || req.Cwd != "/workspace" || req.Timeout != 0 || req.Fresh {
+		t.Fatalf("request %+v", req)
+	}
+}
+
+func TestEventsNeverNil(t *testing.T) {
+	tool := &Tool{Exec: &fakeExec{}}
+	r, err := runWithin(t, tool, RunCommandInput{Command: "true"}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Events == nil {
+		t.Fatal("Events is nil; want an empty list (JSON [] rather than null)")
+	}
+}
+
+func TestTruncation(t *testing.T) {
+	f := &fakeExec{fn: func(req ExecRequest) (ExecResult, error) {
+		req.Stdout.WriteString(strings.Repeat("a", 100))
+		req.Stderr.WriteString("012345678\nabc")
+		return ExecResult{}, nil
+	}}
+	tool := &Tool{Exec: f, MaxOutput: 10}
+	r, err := runWithin(t, tool, RunCommandInput{Command: "x"}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strings.Repeat("a", 10) + "\n[hutch: output truncated: 90 bytes dropped]\n"; r.Stdout != want || !r.StdoutTruncated {
+		t.Fatalf("stdout %q (truncated %v), want %q", r.Stdout, r.StdoutTruncated, want)
+	}
+	// A cut right after a newline adds no blank line.
+	if want := "012345678\n[hutch: output truncated: 3 bytes dropped]\n"; r.Stderr != want || !r.StderrTruncated {
+		t.Fatalf("stderr %q, want %q", r.Stderr, want)
+	}
+}
+
+func TestTruncationExactFit(t *testing.T) {
+	f := &fakeExec{fn: func(req ExecRequest) (ExecResult, error) {
+		req.Stdout.WriteString("0123456789")
+		return ExecResult{}, nil
+	}}
+	r, err := runWithin(t, &Tool{Exec: f, MaxOutput: 10}, RunCommandInput{Command: "x"}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Stdout != "0123456789" || r.StdoutTruncated {
+		t.Fatalf("stdout %q truncated %v", r.Stdout, r.StdoutTruncated)
+	}
+}
+
+func TestTruncationKeepsWholeCharacters(t *testing.T) {
+	f := &fakeExec{fn: func(req ExecRequest) (ExecResult, error) {
+		req.Stdout.WriteString("aé€x") // 1 + 2 + 3 + 1 bytes
+		return ExecResult{}, nil
+	}}
+	r, err := runWithin(t, &Tool{Exec: f, MaxOutput: 5}, RunCommandInput{Command: "x"}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cap cuts € after its first two bytes: it goes whole.
+	if want := "aé\n[hutch: output truncated: 4 bytes dropped]\n"; r.Stdout != want {
+		t.Fatalf("stdout %q, want %q", r.Stdout, want)
+	}
+}
+
+func TestInvalidUTF8Replaced(t *testing.T) {
+	f := &fakeExec{fn: func(req ExecRequest) (ExecResult, error) {
+		req.Stdout.Write([]byte{'o', 'k', 0xff, '\n'})
+		return ExecResult{}, nil
+	}}
+	r, err := runWithin(t, &Tool{Exec: f}, RunCommandInput{Command: "x"}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Stdout != "ok\uFFFD\n" {
+		t.Fatalf("stdout %q", r.Stdout)
+	}
+}
+
+// A command that writes far more than a pipe holds, on both streams, must
+// run to its end: the tool drains what it does not keep.
+func TestDrainsBeyondCap(t *testing.T) {
+	const total = 8 << 20
+	f := &fakeExec{fn: func(req ExecRequest) (ExecResult, error) {
+		chunk := []byte(strings.Repeat("x", 4096))
+		var wg sync.WaitGroup
+		for _, w := range []*os.File{req.Stdout, req.Stderr} {
+			wg.Add(1)
+			go func(w *os.File) {
+				defer wg.Done()
+				for n := 0; n < total; n += len(chunk) {
+					if _, err := w.Write(chunk); err != nil {
+						t.Errorf("write: %v", err)
+						return
+					}
+				}
+			}(w)
+		}
+		wg.Wait() // blocks forever unless both pipes are drained
+		return ExecResult{}, nil
+	}}
+	tool := &Tool{Exec: f, MaxOutput: 1000}
+	r, err := runWithin(t, tool, RunCommandInput{Command: "yes"}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := "\n[hutch: output truncated: 8387608 bytes dropped]\n"
+	if !strings.HasSuffix(r.Stdout, marker) || !strings.HasSuffix(r.Stderr, marker) || len(r.Stdout) != 1000+len(marker) {
+		t.Fatalf("stdout tail %q, stderr tail %q", r.Stdout[max(0, len(r.Stdout)-80):], r.Stderr[max(0, len(r.Stderr)-80):])
+	}
+}
+
+func TestDefaultCap(t *testing.T) {
+	f := &fakeExec{fn: func(req ExecRequest) (ExecResult, error) {
+		req.Stdout.WriteString(strings.Repeat("y", DefaultMaxOutput+5))
+		return ExecResult{}, nil
+	}}
+	r, err := runWithin(t, &Tool{Exec: f}, RunCommandInput{Command: "x"}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.StdoutTruncated || !strings.HasSuffix(r.Stdout, "y\n[hutch: output truncated: 5 bytes dropped]\n") {
+		t.Fatalf("truncated %v, tail %q", r.StdoutTruncated, r.Stdout[len(r.Stdout)-60:])
+	}
+}
+
+// A process that keeps stdout open after the command ended (possible in a
+// kept sandbox) must not hang the call.
+func TestLingeringWriterCutOff(t *testing.T) {
+	var held int
+	f := &fakeExec{fn: func(req ExecRequest) (ExecResult, error) {
+		fd, err := syscall.Dup(int(req.Stdout.Fd()))
+		if err != nil {
+			return ExecResult{}, err
+		}
+		held = fd
+		req.Stdout.WriteString("partial\n")
+		return ExecResult{}, nil
+	}}
+	defer func() {
+		if held > 0 {
+			syscall.Close(held)
+		}
+	}()
+	tool := &Tool{Exec: f, DrainGrace: 100 * time.Millisecond}
+	start := time.Now()
+	r, err := runWithin(t, tool, RunCommandInput{Command: "sleep 100 &"}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("took %s", d)
+	}
+	if r.Stdout != "partial\n" {
+		t.Fatalf("stdout %q", r.Stdout)
+	}
+	if len(r.Events) != 1 || !strings.Contains(r.Events[0], "still holds stdout or stderr open") {
+		t.Fatalf("events %q", r.Events)
+	}
+}
+
+func TestResolveCwd(t *testing.T) {
+	ok := map[string]string{
+		"":                   "/workspace",
+		".":                  "/workspace",
+		"src":                "/workspace/src",
+		"src/../lib/":        "/workspace/lib",
+		"./a//b":             "/workspace/a/b",
+		"/workspace":         "/workspace",
+		"/workspace/":        "/workspace",
+		"/workspace/a/../b":  "/workspace/b",
+		"a/..":               "/workspace",
+		"/workspace/.hidden": "/workspace/.hidden",
+	}
+	for in, want := range ok {
+		got, err := ResolveCwd(in)
+		if err != nil || got != want {
+			t.Errorf("ResolveCwd(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"..", "../x", "a/../../x", "/", "/etc", "/tmp", "/workspace/..", "/workspace/../etc", "/workspacex", "/work", "x\x00y"} {
+		got, err := ResolveCwd(in)
+		var ie *InputError
+		if err == nil || !errors.As(err, &ie) {
+			t.Errorf("ResolveCwd(%q) = %q, %v; want an InputError", in, got, err)
+			continue
+		}
+		if in != "x\x00y" && !strings.Contains(err.Error(), "outside /workspace") {
+			t.Errorf("ResolveCwd(%q): %v; want it to say outside /workspace", in, err)
+		}
+	}
+}
+
+func TestValidation(t *testing.T) {
+	f := &fakeExec{}
+	tool := &Tool{Exec: f, MaxTimeout: 10 * time.Minute}
+	bad := []struct {
+		in   RunCommandInput
+		want string
+	}{
+		{RunCommandInput{}, "command is empty"},
+		{RunCommandInput{Command: "  \n\t"}, "command is empty"},
+		{RunCommandInput{Command: "a\x00b"}, "NUL"},
+		{RunCommandInput{Command: "ls", Cwd: "../etc"}, "outside /workspace"},
+		{RunCommandInput{Command: "ls", TimeoutSeconds: -1}, "must be positive"},
+		{RunCommandInput{Command: "ls", TimeoutSeconds: 601}, "exceeds the policy's limit of 600 seconds"},
+		{RunCommandInput{Command: "ls", TimeoutSeconds: 1 << 62}, "exceeds the policy's limit"},
+	}
+	for _, b := range bad {
+		_, err := tool.RunCommand(context.Background(), b.in)
+		var ie *InputError
+		if err == nil || !errors.As(err, &ie) || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("RunCommand(%+v): %v; want an InputError with %q", b.in, err, b.want)
+		}
+	}
+	if len(f.reqs) != 0 {
+		t.Fatalf("executor called for invalid input: %+v", f.reqs)
+	}
+	if _, err := (&Tool{Exec: f}).RunCommand(context.Background(), RunCommandInput{Command: "ls", TimeoutSeconds: 1 << 62}); err == nil {
+		t.Error("no error for an absurd timeout without a policy limit")
+	}
+
+	r, err := tool.RunCommand(context.Background(), RunCommandInput{Command: "ls", Cwd: "/workspace/sub", TimeoutSeconds: 600, Fresh: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := f.last(t)
+	if req.Cwd != "/workspace/sub" || req.Timeout != 600*time.Second || !req.Fresh {
+		t.Fatalf("request %+v", req)
+	}
+	_ = r
+}
+
+func TestExecutorErrorCarriesStderr(t *testing.T) {
+	f := &fakeExec{fn: func(req ExecRequest) (ExecResult, error) {
+		req.Stderr.WriteString("init: mount /workspace: permission denied\n")
+		return ExecResult{}, errors.New("cannot set up the sandbox: build the sandbox: boom")
+	}}
+	_, err := runWithin(t, &Tool{Exec: f}, RunCommandInput{Command: "ls"}, 10*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "boom") || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("err %v", err)
+	}
+	var ie *InputError
+	if errors.As(err, &ie) {
+		t.Fatal("a sandbox failure reported as an input error")
+	}
+}
+
+func TestCloseClosesExecutor(t *testing.T) {
+	f := &fakeExec{}
+	if err := (&Tool{Exec: f}).Close(); err != nil || !f.closed {
+		t.Fatalf("Close: %v, closed %v", err, f.closed)
+	}
+	if err := New(nil, nil).Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewUsesPolicyTimeout(t *testing.T) {
+	tool := New(nil, nil)
+	if tool.MaxTimeout != 10*time.Minute {
+		t.Fatalf("MaxTimeout %s", tool.MaxTimeout)
+	}
+	if _, ok := tool.Exec.(*HutchExecutor); !ok {
+		t.Fatalf("Exec %T", tool.Exec)
+	}
+}
+
+func TestFormatText(t *testing.T) {
+	got := FormatText(RunCommandResult{Stdout: "hello\n", Stderr: "oops", ExitCode: 124, TimedOut: true, Events: []string{"hutch: a", "hutch: b"}})
+	want := "exit_code: 124 (timed out)\n--- stdout ---\nhello\n--- stderr ---\noops\n--- policy_events ---\nhutch: a\nhutch: b\n"
+	if got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+	if got := FormatText(RunCommandResult{Events: []string{}}); got != "exit_code: 0\n" {
+		t.Fatalf("empty: %q", got)
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	p := policy.Default()
+	p.Network.Allow = []policy.AllowEntry{{Host: "proxy.golang.org", Ports: []int{443}, Reason: "go"}}
+	d := Describe(p, 0)
+	for _, want := range []string{"/workspace", "read-write", "default deny", "proxy.golang.org:443", "policy_events",
+		"network blocked by policy", "do not retry", "600", "1 MiB", "[hutch: output truncated: N bytes dropped]", "124", "125", "126", "127", ".git/hooks"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("description lacks %q:\n%s", want, d)
+		}
+	}
+	p.Network.Mode = policy.NetNone
+	if d := Describe(p, 4096); !strings.Contains(d, "Network: none") || !strings.Contains(d, "4 KiB") {
+		t.Errorf("network none / 4 KiB cap not described:\n%s", d)
+	}
+}

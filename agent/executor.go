@@ -1,0 +1,80 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/hutchsandbox/hutch"
+	"github.com/hutchsandbox/hutch/policy"
+	"github.com/hutchsandbox/hutch/seclog"
+)
+
+// HutchExecutor runs each command in a fresh sandbox with hutch.Run and
+// tears the sandbox down afterwards: nothing is shared between calls, so
+// it ignores ExecRequest.Fresh. Its standard input is /dev/null.
+type HutchExecutor struct {
+	// Policy governs every sandbox; nil means policy.Default(). A request's
+	// Timeout replaces resources.timeout for that call.
+	Policy *policy.Policy
+	// SecurityLog receives the security events; nil discards them.
+	SecurityLog *seclog.Log
+	// Executable is the hutch binary to re-exec for the sandbox's init;
+	// "" means /proc/self/exe (right inside the hutch binary itself).
+	Executable string
+	// HostEnv is the environment the policy filters for the command; nil
+	// means os.Environ().
+	HostEnv []string
+	// ExtraEnv are "K=V" (set) or "K" (pass through) entries, as --env.
+	ExtraEnv []string
+	// Logger receives hutch's diagnostics; nil discards them.
+	Logger *slog.Logger
+}
+
+// Run implements Executor.
+func (e *HutchExecutor) Run(ctx context.Context, req ExecRequest) (ExecResult, error) {
+	p := policy.Default()
+	if e.Policy != nil {
+		cp := *e.Policy // hutch.Run only reads it; a shallow copy is enough
+		p = &cp
+	}
+	if req.Timeout > 0 {
+		p.Resources.Timeout = policy.Duration(req.Timeout)
+	}
+	stdin, err := os.Open(os.DevNull)
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("open %s for stdin: %w", os.DevNull, err)
+	}
+	defer stdin.Close()
+	env := e.HostEnv
+	if env == nil {
+		env = os.Environ()
+	}
+	logger := e.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	res, err := hutch.Run(ctx, &hutch.RunOptions{
+		Policy:      p,
+		Argv:        req.Argv,
+		HostEnv:     env,
+		ExtraEnv:    e.ExtraEnv,
+		Cwd:         req.Cwd,
+		Stdin:       stdin,
+		Stdout:      req.Stdout,
+		Stderr:      req.Stderr,
+		Executable:  e.Executable,
+		SecurityLog: e.SecurityLog,
+		Logger:      logger,
+	})
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("cannot set up the sandbox: %w", err)
+	}
+	return ExecResult{
+		ExitCode:  res.ExitCode,
+		TimedOut:  res.TimedOut,
+		Events:    res.Messages,
+		SandboxID: res.SandboxID,
+	}, nil
+}

@@ -1,0 +1,309 @@
+package cgroup
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Small file helpers for cgroupfs and /proc.
+
+func readString(p string) (string, error) {
+	b, err := os.ReadFile(p)
+	return strings.TrimSpace(string(b)), err
+}
+
+// readFields returns the whitespace-separated words of p, nil if it cannot
+// be read (cgroup.controllers, cgroup.subtree_control).
+func readFields(p string) []string {
+	s, err := readString(p)
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(s)
+}
+
+// readKV reads a flat-keyed file of "key value" lines (memory.events,
+// pids.events, cpu.stat, memory.oom_control).
+func readKV(p string) (map[string]uint64, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]uint64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		if v, err := strconv.ParseUint(f[1], 10, 64); err == nil {
+			out[f[0]] = v
+		}
+	}
+	return out, nil
+}
+
+// readPids reads cgroup.procs (or tasks).
+func readPids(p string) ([]int, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.Atoi(f); err == nil && n > 0 {
+			pids = append(pids, n)
+		}
+	}
+	return pids, nil
+}
+
+// writeString writes s to an existing cgroup file in a single write.
+func writeString(p, s string) error {
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(s)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+// writable reports whether the process may write p (access(2) with the
+// real uid, which is also the effective one for hutch). EROFS counts.
+func writable(p string) error {
+	return unix.Access(p, unix.W_OK)
+}
+
+func ownerUID(p string) int {
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		return -1
+	}
+	return int(st.Uid)
+}
+
+// startTime returns the start time of pid in clock ticks since boot (field
+// 22 of /proc/PID/stat), 0 when it cannot be read.
+func startTime(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) is in parentheses and may hold anything;
+	// the fields after the last ')' start with field 3.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(f[19], 10, 64)
+	return v
+}
+
+// parentPid returns the parent of pid (field 4 of /proc/PID/stat), 0 when
+// unknown.
+func parentPid(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	v, _ := strconv.Atoi(f[1])
+	return v
+}
+
+// alive reports whether the process that created a cgroup named with pid
+// and start still runs: pid exists and, when start is known, started then.
+func alive(pid int, start uint64) bool {
+	if st := startTime(pid); st != 0 {
+		return start == 0 || st == start
+	}
+	// Gone, or its /proc entry is hidden (hidepid): signal 0 tells, and a
+	// process that exists but cannot be checked counts as alive.
+	err := unix.Kill(pid, 0)
+	return err == nil || err == unix.EPERM
+}
+
+// inCgroup reports whether pid is in a cgroup named leaf (or below it), by
+// /proc/PID/cgroup.
+func inCgroup(pid int, leaf string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		p := parts[2]
+		if filepath.Base(p) == leaf || strings.Contains(p, "/"+leaf+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// killTimeout bounds Kill: a cgroup that does not empty within it is
+// reported as an error.
+const killTimeout = 5 * time.Second
+
+// killProcs SIGKILLs the processes listed in procsFiles (cgroup.procs of
+// one cgroup in one or more hierarchies, and of cgroups below it) until
+// all are empty or the timeout passes. Each process is signalled through a
+// pidfd after checking it is in a cgroup named leaf, so that a pid reused
+// between reading cgroup.procs and the signal is not hit.
+func killProcs(ctx context.Context, procsFiles func() []string, leaf string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	delay := time.Millisecond
+	for {
+		var left []int
+		seen := map[int]bool{}
+		for _, f := range procsFiles() {
+			pids, err := readPids(f)
+			if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENODEV) {
+				return fmt.Errorf("cgroup: read %s: %w", f, err)
+			}
+			for _, p := range pids {
+				if !seen[p] {
+					seen[p] = true
+					left = append(left, p)
+				}
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup: %d processes still in %s after SIGKILL for %s (pids %v)", len(left), leaf, timeout, left)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		for _, p := range left {
+			killPid(p, leaf)
+		}
+		time.Sleep(delay)
+		if delay < 50*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+func killPid(pid int, leaf string) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		if err == unix.ESRCH {
+			return
+		}
+		// No pidfd (kernel < 5.3): plain kill after the membership check.
+		if inCgroup(pid, leaf) {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		return
+	}
+	defer unix.Close(fd)
+	if inCgroup(pid, leaf) {
+		_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+	}
+}
+
+// rmdirRetry removes a cgroup directory, retrying on EBUSY (tasks that are
+// still exiting) for a few seconds and calling busy between tries. A
+// directory that does not exist counts as removed.
+func rmdirRetry(ctx context.Context, dir string, busy func()) error {
+	deadline := time.Now().Add(3 * time.Second)
+	delay := 2 * time.Millisecond
+	for {
+		err := unix.Rmdir(dir)
+		if err == nil || err == unix.ENOENT {
+			return nil
+		}
+		if err != unix.EBUSY || time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("cgroup: remove %s: %w", dir, &os.PathError{Op: "rmdir", Path: dir, Err: err})
+		}
+		if busy != nil {
+			busy()
+		}
+		time.Sleep(delay)
+		if delay < 100*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+// subdirs returns the directories below dir, deepest first.
+func subdirs(dir string) []string {
+	var out []string
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() && p != dir {
+			out = append(out, p)
+		}
+		return nil
+	})
+	// WalkDir visits parents before children: reverse for removal.
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}
+
+// permissionError reports whether err is EACCES or EPERM.
+func permissionError(err error) bool {
+	return errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM)
+}
+
+// kernelAtLeast reports whether the running kernel is at least major.minor.
+func kernelAtLeast(major, minor int) bool {
+	maj, min := kernelVersion()
+	return maj > major || maj == major && min >= minor
+}
+
+func kernelVersion() (int, int) {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return 0, 0
+	}
+	rel := unix.ByteSliceToString(u.Release[:])
+	var maj, min int
+	fmt.Sscanf(rel, "%d.%d", &maj, &min)
+	return maj, min
+}
+
+func kernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/urfave/cli/v2"
+
+	"github.com/hutchsandbox/hutch"
+	"github.com/hutchsandbox/hutch/agent"
+	"github.com/hutchsandbox/hutch/policy"
+	"github.com/hutchsandbox/hutch/seclog"
+)
+
+// mcpProgressEvery is how often a running call reports progress to a
+// client that asked for it (a progress token), so that clients which reset
+// their request timeout on progress keep long commands alive.
+const mcpProgressEvery = 10 * time.Second
+
+// mcpCommand is `hutch mcp`: an MCP server on stdin/stdout offering the
+// run_command tool (package agent) under the policy that the same flags as
+// `hutch run` make. Standard output carries the protocol only; logs go to
+// standard error.
+func mcpCommand() *cli.Command {
+	flags := append(policyFlags(),
+		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "set `K=V` inside, or pass K through from the server's environment, for every command (repeatable)"},
+		&cli.StringFlag{Name: "max-output", Usage: "cap of the stdout and of the stderr returned per call, e.g. 256KiB (default 1MiB); the rest is dropped"},
+		&cli.StringFlag{Name: "security-log", Usage: "append security events (JSON lines) to `FILE` (default: $XDG_STATE_HOME/hutch/security.log)"},
+		&cli.BoolFlag{Name: "debug", Usage: "debug logs on stderr"},
+	)
+	return &cli.Command{
+		Name:  "mcp",
+		Usage: "serve the run_command tool to an agent over MCP (stdio)",
+		Description: "An MCP server on standard input and output for agents (docs/AGENTS.md). Its one tool,\n" +
+			"run_command, runs a shell command line in a sandbox made from the policy and flags, exactly\n" +
+			"as `hutch run` would, and returns stdout, stderr, the exit code and the policy events.",
+		Flags:  flags,
+		Action: serveMCP,
+	}
+}
+
+func serveMCP(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return &exitError{hutch.ExitSetup, "hutch: mcp takes no arguments (the agent sends the commands); see hutch mcp --help"}
+	}
+	level := slog.LevelInfo
+	if c.Bool("debug") {
+		level = slog.LevelDebug
+	}
+	// Standard output is the protocol: every log line goes to stderr.
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	sandboxLogger := logger
+	if !c.Bool("debug") {
+		sandboxLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+
+	p, err := effectivePolicy(c)
+	if err != nil {
+		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+	}
+	ws, err := hutch.ResolveWorkspace(p.Filesystem.Workspace)
+	if err != nil {
+		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+	}
+	maxOutput := agent.DefaultMaxOutput
+	if v := c.String("max-output"); v != "" {
+		s, err := policy.ParseSize(v)
+		if err != nil || s <= 0 || s > 1<<30 {
+			return &exitError{hutch.ExitSetup, fmt.Sprintf("hutch: --max-output %q: want a size from 1B to 1GiB, e.g. 256KiB", v)}
+		}
+		maxOutput = int(s)
+	}
+	secLog, closeLog, err := openSecurityLog(c.String("security-log"))
+	if err != nil {
+		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+	}
+	defer closeLog()
+
+	// The executor lives as long as the server. Today it makes a fresh
+	// sandbox per call; a session executor (a warm sandbox reused across
+	// calls) starts here and is torn down by tool.Close below.
+	exec := &agent.HutchExecutor{
+		Policy:      p,
+		SecurityLog: secLog,
+		HostEnv:     os.Environ(),
+		ExtraEnv:    c.StringSlice("env"),
+		Logger:      sandboxLogger,
+	}
+	tool := &agent.Tool{Exec: exec, MaxOutput: maxOutput, MaxTimeout: p.Resources.Timeout.D()}
+	defer func() {
+		if err := tool.Close(); err != nil {
+			logger.Warn("hutch mcp: closing the executor", "err", err)
+		}
+	}()
+
+	sdkLogger := sandboxLogger // the SDK's own chatter only with --debug
+	// A signal stops the server and cancels the calls in flight: their
+	// sandboxes are killed (the SDK alone would wait for them to finish).
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	server := newMCPServer(ctx, tool, p, maxOutput, logger, sdkLogger)
+	logger.Info("hutch mcp: serving run_command on stdio", "workspace", ws, "network", p.Network.Mode,
+		"timeout", policy.Duration(p.Resources.Timeout.D()).String(), "max_output", maxOutput)
+	err = server.Run(ctx, &mcp.StdioTransport{})
+	switch {
+	case err == nil, errors.Is(err, context.Canceled), ctx.Err() != nil:
+		logger.Info("hutch mcp: stopped")
+		return nil
+	default:
+		return &exitError{1, "hutch: mcp: " + err.Error()}
+	}
+}
+
+// newMCPServer makes the server with the run_command tool over tool. Calls
+// are cancelled when the request is (the client cancelled it or went away)
+// and when lifetime ends.
+func newMCPServer(lifetime context.Context, tool *agent.Tool, p *policy.Policy, maxOutput int, logger, sdkLogger *slog.Logger) *mcp.Server {
+	server := mcp.NewServer(&mcp.Implementation{Name: "hutch", Title: "hutch sandbox", Version: version}, &mcp.ServerOptions{
+		Instructions: "hutch runs shell commands in a rootless sandbox with the project at /workspace. Use run_command for every command; read policy_events in each result: blocked actions are policy decisions to report to the user, not errors to retry.",
+		Logger:       sdkLogger,
+	})
+	mcp.AddTool(server, &mcp.Tool{
+		Name:        agent.ToolName,
+		Title:       "Run a command in the hutch sandbox",
+		Description: agent.Describe(p, maxOutput),
+		Annotations: &mcp.ToolAnnotations{Title: "Run a command in the hutch sandbox"},
+	}, func(ctx context.Context, req *mcp.CallToolRequest, in agent.RunCommandInput) (*mcp.CallToolResult, agent.RunCommandResult, error) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(lifetime, cancel)()
+		start := time.Now()
+		stopProgress := reportProgress(ctx, req, start, logger)
+		res, err := tool.RunCommand(ctx, in)
+		stopProgress()
+		if err != nil {
+			var ie *agent.InputError
+			if errors.As(err, &ie) {
+				logger.Info("run_command: invalid input", "err", err)
+				return nil, agent.RunCommandResult{}, fmt.Errorf("invalid input: %w", err)
+			}
+			logger.Error("run_command: sandbox failure", "command", in.Command, "err", err)
+			return nil, agent.RunCommandResult{}, fmt.Errorf("hutch: %w", err)
+		}
+		logger.Info("run_command", "command", in.Command, "exit_code", res.ExitCode, "timed_out", res.TimedOut,
+			"events", len(res.Events), "sandbox", res.SandboxID, "duration", time.Since(start).Round(time.Millisecond).String())
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: agent.FormatText(res)}}}, res, nil
+	})
+	return server
+}
+
+// reportProgress sends a progress notification every mcpProgressEvery
+// while a call runs, when the client asked for progress; the returned
+// function stops it.
+func reportProgress(ctx context.Context, req *mcp.CallToolRequest, start time.Time, logger *slog.Logger) func() {
+	if req == nil || req.Params == nil || req.Session == nil {
+		return func() {}
+	}
+	token := req.Params.GetProgressToken()
+	if token == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(mcpProgressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				elapsed := now.Sub(start).Round(time.Second)
+				err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+					ProgressToken: token,
+					Progress:      elapsed.Seconds(),
+					Message:       "running for " + elapsed.String(),
+				})
+				if err != nil {
+					logger.Debug("run_command: progress notification", "err", err)
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// openSecurityLog opens the security log as `hutch run` does: path, or
+// the default location; none (with a warning) when there is no default.
+func openSecurityLog(path string) (*seclog.Log, func(), error) {
+	if path == "" {
+		path = seclog.DefaultPath()
+	}
+	if path == "" {
+		fmt.Fprintln(os.Stderr, "hutch: warning: no security log (neither XDG_STATE_HOME nor HOME is set); pass --security-log FILE")
+		return nil, func() {}, nil
+	}
+	l, err := seclog.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, func() { l.Close() }, nil
+}
