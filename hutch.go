@@ -209,10 +209,22 @@ func (s *Session) recordLandlockGaps() {
 	if r == nil {
 		return
 	}
+	var abiGaps []string
 	for _, gap := range r.LandlockNotEnforced {
 		s.rec.Record(seclog.Event{Kind: seclog.KindSandbox, Rule: "landlock", Subject: "not enforced",
 			Message: "landlock: not enforced on this host: " + gap, Level: slog.LevelInfo,
 			Detail: map[string]any{"abi": r.LandlockABI}})
+		if strings.Contains(gap, "needs Landlock ABI") || strings.Contains(gap, "not available") {
+			abiGaps = append(abiGaps, gap)
+		}
+	}
+	if len(abiGaps) > 0 {
+		if w := warnOnce(s.rec, fmt.Sprintf("landlock-abi-%d", r.LandlockABI),
+			"Landlock on this kernel cannot apply all of hutch's rules: "+strings.Join(abiGaps, "; ")); w != "" {
+			s.warnMu.Lock()
+			s.warnings = append(s.warnings, w)
+			s.warnMu.Unlock()
+		}
 	}
 }
 

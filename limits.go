@@ -110,8 +110,17 @@ func (l *limits) events() cgroup.Events {
 // ended, into security events (which the run's summary then lists).
 func (l *limits) report(before, after cgroup.Events, status unix.WaitStatus, p *policy.Policy, rec *seclog.Recorder) {
 	d := cgroup.Events{
-		OOMKills:    after.OOMKills - before.OOMKills,
-		PidsMaxHits: after.PidsMaxHits - before.PidsMaxHits,
+		OOMKills:         after.OOMKills - before.OOMKills,
+		PidsMaxHits:      after.PidsMaxHits - before.PidsMaxHits,
+		CPUThrottled:     after.CPUThrottled - before.CPUThrottled,
+		CPUThrottledUsec: after.CPUThrottledUsec - before.CPUThrottledUsec,
+	}
+	if note := d.CPUNote(l.user); note != "" {
+		// Throttling slows a command down but stops nothing: logged, not
+		// summarized.
+		rec.Record(seclog.Event{Kind: seclog.KindLimit, Rule: "resources.cpus", Subject: "cpu throttled",
+			Message: strings.TrimPrefix(note, "hutch: "), Level: slog.LevelInfo,
+			Detail: map[string]any{"backend": l.backend, "throttled_periods": d.CPUThrottled, "throttled_usec": d.CPUThrottledUsec}})
 	}
 	for _, m := range d.Messages(l.user) {
 		kind, subject := "memory", cgroup.FormatBytes(l.user.MemoryBytes)

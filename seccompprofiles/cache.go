@@ -185,7 +185,7 @@ func (c *Cache) Compile(ctx context.Context, p *Profile, opts Options) (f *Filte
 		"notify", f.Notify, "cached", path != "")
 	if path != "" {
 		if err := writeEntry(c.Dir, path, key, f); err != nil {
-			log.WarnContext(ctx, "seccomp filter cache not written", "path", path, "error", err)
+			log.DebugContext(ctx, "seccomp filter cache not written", "path", path, "error", err)
 		}
 	}
 	return f, false, nil

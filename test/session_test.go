@@ -16,7 +16,7 @@ import (
 func startSession(t *testing.T, ws string, args ...string) string {
 	t.Helper()
 	name := fmt.Sprintf("t%d", time.Now().UnixNano()%1e9)
-	r := hutch(t, opts{dir: ws}, append(append([]string{"session", "start", "--name", name}, args...))...)
+	r := hutch(t, opts{dir: ws}, append([]string{"session", "start", "--name", name}, args...)...)
 	mustCode(t, r, 0)
 	if strings.TrimSpace(r.stdout) != name {
 		t.Fatalf("session start printed %q, want %q", r.stdout, name)

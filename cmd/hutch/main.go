@@ -76,7 +76,7 @@ func newApp() *cli.App {
 		OnUsageError: func(c *cli.Context, err error, isSub bool) error {
 			return &exitError{hutch.ExitSetup, "hutch: " + err.Error() + " (see hutch " + c.Command.Name + " --help)"}
 		},
-		Commands: []*cli.Command{runCommand(), execCommand(), sessionCommand(), mcpCommand(), policyCommand(), seccompCommand()},
+		Commands: []*cli.Command{runCommand(), execCommand(), sessionCommand(), mcpCommand(), doctorCommand(), policyCommand(), seccompCommand()},
 	}
 }
 

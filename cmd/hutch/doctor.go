@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/hutchsandbox/hutch"
+	"github.com/hutchsandbox/hutch/cgroup"
+	"github.com/hutchsandbox/hutch/landlock"
+	"github.com/hutchsandbox/hutch/nsjail"
+	"github.com/hutchsandbox/hutch/policy"
+	"github.com/hutchsandbox/hutch/seccompprofiles"
+)
+
+// doctorReport is what `hutch doctor` finds; --json prints it as is.
+type doctorReport struct {
+	Kernel         string            `json:"kernel"`
+	UID            int               `json:"uid"`
+	UserNS         string            `json:"user_namespaces"`
+	AppArmorUserNS string            `json:"apparmor_restrict_unprivileged_userns,omitempty"`
+	Sandbox        string            `json:"sandbox"` // "ok" or why not
+	Cgroup         cgroup.Host       `json:"cgroup"`
+	LandlockABI    int               `json:"landlock_abi"`
+	Landlock       string            `json:"landlock"`
+	Seccomp        string            `json:"seccomp"`
+	SeccompNotify  string            `json:"seccomp_notify"`
+	Overlayfs      string            `json:"overlayfs"`
+	TIOCSTI        string            `json:"tiocsti"`
+	Areas          map[string]string `json:"areas"`
+	CanSandbox     bool              `json:"can_sandbox"`
+}
+
+func doctorCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "doctor",
+		Usage: "say what a sandbox gets on this host for this user, and what is not enforced; exit 1 when no sandbox can be made",
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"}},
+		Action: func(c *cli.Context) error {
+			r := diagnose(c.Context)
+			if c.Bool("json") {
+				b, _ := json.MarshalIndent(r, "", "  ")
+				fmt.Println(string(b))
+			} else {
+				printDoctor(r)
+			}
+			if !r.CanSandbox {
+				return &exitError{code: 1}
+			}
+			return nil
+		},
+	}
+}
+
+func readTrim(p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func diagnose(ctx context.Context) *doctorReport {
+	var u unix.Utsname
+	unix.Uname(&u)
+	r := &doctorReport{Kernel: unix.ByteSliceToString(u.Release[:]), UID: os.Getuid(), Areas: map[string]string{}}
+	if p := nsjail.CheckUserNamespaces(); p != nil {
+		r.UserNS = "unavailable: " + p.Error()
+	} else {
+		r.UserNS = "available (user.max_user_namespaces = " + readTrim("/proc/sys/user/max_user_namespaces") + ")"
+	}
+	r.AppArmorUserNS = readTrim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+
+	// The real test: make a sandbox and run a command in it (this also
+	// proves the pid namespace's /proc mount, pivot_root, Landlock and
+	// seccomp loading).
+	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	defer devnull.Close()
+	p := policy.Default()
+	p.Network.DiscoverRegistries = false
+	dir, _ := os.MkdirTemp("", "hutch-doctor-")
+	defer os.RemoveAll(dir)
+	p.Filesystem.Workspace = dir
+	p.Filesystem.Protected = nil
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res, err := hutch.Run(cctx, &hutch.RunOptions{Policy: p, Argv: []string{"true"}, Stdin: devnull, Stdout: devnull, Stderr: devnull})
+	switch {
+	case err != nil:
+		r.Sandbox = "cannot be made: " + err.Error()
+	case res.ExitCode != 0:
+		r.Sandbox = fmt.Sprintf("made, but `true` exited %d: %s", res.ExitCode, strings.Join(res.Messages, "; "))
+	default:
+		r.Sandbox = "ok"
+		r.CanSandbox = true
+	}
+
+	r.Cgroup = cgroup.Probe()
+	st := landlock.Probe()
+	r.LandlockABI = st.ABI
+	if st.ABI == 0 {
+		r.Landlock = "unavailable: " + st.Reason
+	} else {
+		var have, miss []string
+		for _, f := range st.Features {
+			if f.Available {
+				have = append(have, f.Name)
+			} else {
+				miss = append(miss, fmt.Sprintf("%s (ABI %d, Linux %s)", f.Name, f.ABI, f.Linux))
+			}
+		}
+		r.Landlock = fmt.Sprintf("ABI %d: %s", st.ABI, strings.Join(have, ", "))
+		if len(miss) > 0 {
+			r.Landlock += "; missing: " + strings.Join(miss, ", ")
+		}
+	}
+	if v, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err != nil {
+		r.Seccomp = "unavailable: " + err.Error()
+	} else {
+		r.Seccomp = fmt.Sprintf("available (this process's mode %d)", v)
+	}
+	if ok, why := seccompprofiles.NotifyAvailable(); ok {
+		r.SeccompNotify = "available: denials and direct connections are logged"
+	} else {
+		r.SeccompNotify = "unavailable: denials are enforced but not logged (" + why + ")"
+	}
+	if strings.Contains(readTrim("/proc/filesystems"), "overlay") {
+		r.Overlayfs = "overlay filesystem present (mountable in a user namespace from Linux 5.11); hutch does not use it yet"
+	} else {
+		r.Overlayfs = "overlay filesystem not present"
+	}
+	switch readTrim("/proc/sys/dev/tty/legacy_tiocsti") {
+	case "0":
+		r.TIOCSTI = "disabled by the kernel (dev.tty.legacy_tiocsti = 0); the seccomp profile denies it too"
+	case "1":
+		r.TIOCSTI = "enabled in the kernel (dev.tty.legacy_tiocsti = 1); the seccomp profile denies it"
+	default:
+		r.TIOCSTI = "no sysctl (older kernel); the seccomp profile denies it"
+	}
+
+	// Per policy area.
+	if !r.CanSandbox {
+		for _, a := range []string{"FILESYSTEM", "RESOURCES", "NETWORK", "LIFECYCLE"} {
+			r.Areas[a] = "not enforced: no sandbox can be made here (" + r.Sandbox + ")"
+		}
+		return r
+	}
+	fs := "enforced: private mount namespace with a read-only tooling tree, the workspace, tmpfs scratch"
+	if st.ABI >= 1 {
+		fs += fmt.Sprintf(", plus Landlock ABI %d", st.ABI)
+	} else {
+		fs = "partly: mount namespace only; Landlock unavailable (" + st.Reason + ")"
+	}
+	r.Areas["FILESYSTEM"] = fs
+	switch b := r.Cgroup.Backend; b {
+	case cgroup.BackendRlimit, "":
+		r.Areas["RESOURCES"] = "partly: no usable cgroup, so memory, pids and cpus are per-process rlimits (RLIMIT_AS, RLIMIT_NPROC); file size, open files, tmpfs sizes and the timeout are enforced. Fix: " + r.Cgroup.Reason
+	default:
+		r.Areas["RESOURCES"] = fmt.Sprintf("enforced: %s (%s), controllers %s; file size, open files, tmpfs sizes and the timeout too", b, strings.Join(r.Cgroup.Where, ", "), strings.Join(r.Cgroup.Controllers, ", "))
+	}
+	net := "enforced: network namespace with loopback only; egress only through hutch's allowlisting proxy"
+	if st.ABI >= 4 {
+		net += "; Landlock limits TCP connect to the proxy"
+	} else {
+		net += "; Landlock cannot restrict TCP here (needs ABI 4)"
+	}
+	r.Areas["NETWORK"] = net
+	r.Areas["LIFECYCLE"] = "enforced: parent-death signal and pid namespace (nothing survives hutch); per-command reaper for session commands"
+	return r
+}
+
+func printDoctor(r *doctorReport) {
+	fmt.Printf("hutch doctor: kernel %s, uid %d\n\n", r.Kernel, r.UID)
+	row := func(k, v string) { fmt.Printf("  %-18s %s\n", k, v) }
+	row("sandbox", r.Sandbox)
+	row("user namespaces", r.UserNS)
+	if r.AppArmorUserNS != "" {
+		row("apparmor userns", "kernel.apparmor_restrict_unprivileged_userns = "+r.AppArmorUserNS)
+	}
+	row("cgroup", fmt.Sprintf("%s; backend %s", r.Cgroup.Mode, r.Cgroup.Backend))
+	if len(r.Cgroup.Controllers) > 0 {
+		row("", "controllers: "+strings.Join(r.Cgroup.Controllers, ", ")+" in "+strings.Join(r.Cgroup.Where, ", "))
+	}
+	if r.Cgroup.Backend == cgroup.BackendRlimit {
+		for _, rj := range r.Cgroup.Rejected {
+			row("", fmt.Sprintf("not %s: %s", rj.Backend, rj.Reason))
+		}
+	}
+	row("landlock", r.Landlock)
+	row("seccomp", r.Seccomp)
+	row("seccomp notify", r.SeccompNotify)
+	row("overlayfs", r.Overlayfs)
+	row("TIOCSTI", r.TIOCSTI)
+	fmt.Println("\nwhat a sandbox gets here:")
+	for _, a := range []string{"FILESYSTEM", "RESOURCES", "NETWORK", "LIFECYCLE"} {
+		row(a, r.Areas[a])
+	}
+}
