@@ -366,9 +366,9 @@ func TestFormatText(t *testing.T) {
 
 func TestDescribe(t *testing.T) {
 	p := policy.Default()
-	p.Network.Allow = []policy.AllowEntry{{Host: "proxy.golang.org", Ports: []int{443}, Reason: "go"}}
+	p.Network.Allow = []policy.AllowEntry{{Host: "modules.example.com", Ports: []int{443}, Reason: "go"}}
 	d := Describe(p, 0)
-	for _, want := range []string{"/workspace", "read-write", "default deny", "proxy.golang.org:443", "policy_events",
+	for _, want := range []string{"/workspace", "read-write", "default deny", "modules.example.com:443", "policy_events",
 		"network blocked by policy", "do not retry", "600", "1 MiB", "[hutch: output truncated: N bytes dropped]", "124", "125", "126", "127", ".git/hooks"} {
 		if !strings.Contains(d, want) {
 			t.Errorf("description lacks %q:\n%s", want, d)
