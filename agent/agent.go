@@ -59,7 +59,7 @@ type RunCommandInput struct {
 	Command        string `json:"command" jsonschema:"Shell command line to run with /bin/sh -c inside the sandbox, e.g. 'go test ./... 2>&1 | tail -50'. Standard input is empty (/dev/null)."`
 	Cwd            string `json:"cwd,omitempty" jsonschema:"Working directory inside the sandbox: relative to /workspace (e.g. 'src/app') or an absolute path at or below /workspace. Default: /workspace."`
 	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"Wall-clock limit for this command in seconds; 0 or absent means the policy's timeout, which is also the largest value accepted. When it expires every process of the command is killed and exit_code is 124."`
-	Fresh          bool   `json:"fresh,omitempty" jsonschema:"Run in a new one-off sandbox even when a session sandbox is kept across calls (/tmp and HOME are then not shared with other calls). Today every call already gets a fresh sandbox."`
+	Fresh          bool   `json:"fresh,omitempty" jsonschema:"Run in a new one-off sandbox even when a session sandbox is kept across calls (/tmp and HOME are then not shared with other calls). Use it for suspicious operations."`
 }
 
 // RunCommandResult is the outcome of one call.
@@ -221,6 +221,13 @@ func (t *Tool) RunCommand(ctx context.Context, in RunCommandInput) (RunCommandRe
 	if err != nil {
 		return RunCommandResult{}, err
 	}
+	return t.RunArgv(ctx, []string{"/bin/sh", "-c", in.Command}, cwd, timeout, in.Fresh)
+}
+
+// RunArgv runs argv (no shell) with validated cwd and timeout, capturing
+// its output like RunCommand: the result object of `hutch run --json`.
+func (t *Tool) RunArgv(ctx context.Context, argv []string, cwd string, timeout time.Duration, fresh bool) (RunCommandResult, error) {
+	var err error
 	if t.Exec == nil {
 		return RunCommandResult{}, errors.New("agent: Tool has no Executor")
 	}
@@ -250,10 +257,10 @@ func (t *Tool) RunCommand(ctx context.Context, in RunCommandInput) (RunCommandRe
 	go func() { defer wg.Done(); stderr.readAll(errR, max) }()
 
 	res, runErr := t.Exec.Run(ctx, ExecRequest{
-		Argv:    []string{"/bin/sh", "-c", in.Command},
+		Argv:    argv,
 		Cwd:     cwd,
 		Timeout: timeout,
-		Fresh:   in.Fresh,
+		Fresh:   fresh,
 		Stdout:  outW,
 		Stderr:  errW,
 	})

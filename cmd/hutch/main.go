@@ -210,6 +210,7 @@ func runCommand() *cli.Command {
 		&cli.StringFlag{Name: "cwd", Usage: "working `DIR` inside (relative to /workspace)"},
 		&cli.BoolFlag{Name: "debug", Usage: "print per-stage timings and debug logs on stderr"},
 		&cli.StringFlag{Name: "security-log", Usage: "append security events (JSON lines) to `FILE` (default: $XDG_STATE_HOME/hutch/security.log)"},
+		jsonFlag,
 	)
 	return &cli.Command{
 		Name:      "run",
@@ -244,6 +245,9 @@ func runCommand() *cli.Command {
 				secLog = l
 			} else {
 				fmt.Fprintln(os.Stderr, "hutch: warning: no security log (neither XDG_STATE_HOME nor HOME is set); pass --security-log FILE")
+			}
+			if c.Bool("json") {
+				return runJSON(c, p, secLog, logger)
 			}
 			res, err := hutch.Run(c.Context, &hutch.RunOptions{
 				SecurityLog:    secLog,

@@ -83,15 +83,19 @@ func serveMCP(c *cli.Context) error {
 	}
 	defer closeLog()
 
-	// The executor lives as long as the server. Today it makes a fresh
-	// sandbox per call; a session executor (a warm sandbox reused across
-	// calls) starts here and is torn down by tool.Close below.
-	exec := &agent.HutchExecutor{
+	// The session lives as long as the server: a warm sandbox started
+	// here, reused by every call (fresh: true gets a one-off sandbox), and
+	// torn down by tool.Close below.
+	fresh := &agent.HutchExecutor{
 		Policy:      p,
 		SecurityLog: secLog,
 		HostEnv:     os.Environ(),
 		ExtraEnv:    c.StringSlice("env"),
 		Logger:      sandboxLogger,
+	}
+	exec, err := agent.NewSessionExecutor(c.Context, fresh)
+	if err != nil {
+		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
 	tool := &agent.Tool{Exec: exec, MaxOutput: maxOutput, MaxTimeout: p.Resources.Timeout.D()}
 	defer func() {

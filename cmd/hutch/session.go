@@ -244,6 +244,7 @@ func execCommand() *cli.Command {
 			&cli.StringFlag{Name: "cwd", Usage: "working `DIR` inside (relative to /workspace)"},
 			&cli.StringFlag{Name: "timeout", Usage: "wall-clock limit for this command (default: the session policy's)"},
 			&cli.BoolFlag{Name: "fresh", Usage: "run in a new one-off sandbox with the session's policy (for suspicious operations)"},
+			jsonFlag,
 		},
 		Action: execAction,
 	}
@@ -270,6 +271,9 @@ func execAction(c *cli.Context) error {
 			return &exitError{hutch.ExitSetup, "hutch: --timeout: " + err.Error()}
 		}
 		timeout = d.D()
+	}
+	if c.Bool("json") {
+		return execJSON(c, name, argv, timeout)
 	}
 	cl, err := session.Dial(name)
 	if err != nil {

@@ -1,0 +1,58 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/hutchsandbox/hutch"
+)
+
+// SessionExecutor runs commands in one warm sandbox (a hutch.Session):
+// /tmp and HOME persist between calls, processes do not (each command's
+// leftovers are killed when it ends). A request with Fresh runs in a new
+// one-off sandbox with the same policy instead. Close ends the session.
+type SessionExecutor struct {
+	// Session is the warm sandbox.
+	Session *hutch.Session
+	// Fresh runs Fresh requests; its Policy should be the session's.
+	Fresh *HutchExecutor
+}
+
+// NewSessionExecutor starts a session for e's policy and environment.
+func NewSessionExecutor(ctx context.Context, e *HutchExecutor) (*SessionExecutor, error) {
+	env := e.HostEnv
+	if env == nil {
+		env = os.Environ()
+	}
+	sess, err := hutch.NewSession(ctx, &hutch.SessionOptions{
+		Policy: e.Policy, HostEnv: env, Executable: e.Executable, SecurityLog: e.SecurityLog, Logger: e.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cannot set up the session sandbox: %w", err)
+	}
+	return &SessionExecutor{Session: sess, Fresh: e}, nil
+}
+
+// Run implements Executor.
+func (e *SessionExecutor) Run(ctx context.Context, req ExecRequest) (ExecResult, error) {
+	if req.Fresh {
+		return e.Fresh.Run(ctx, req)
+	}
+	stdin, err := os.Open(os.DevNull)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	defer stdin.Close()
+	res, err := e.Session.Exec(ctx, &hutch.ExecOptions{
+		Argv: req.Argv, Cwd: req.Cwd, Timeout: req.Timeout, ExtraEnv: e.Fresh.ExtraEnv,
+		Stdin: stdin, Stdout: req.Stdout, Stderr: req.Stderr,
+	})
+	if err != nil {
+		return ExecResult{}, err
+	}
+	return ExecResult{ExitCode: res.ExitCode, TimedOut: res.TimedOut, Events: res.Messages, SandboxID: res.SandboxID}, nil
+}
+
+// Close ends the session: every process is killed.
+func (e *SessionExecutor) Close() error { return e.Session.Close() }
