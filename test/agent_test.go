@@ -165,4 +165,3 @@ func moduleProxy(t *testing.T, mod, ver string, files map[string]string) *httpte
 	t.Cleanup(srv.Close)
 	return srv
 }
-
