@@ -8,7 +8,7 @@ BIN       := bin/hutch
 export CGO_ENABLED := 1
 export GOFLAGS    := -mod=mod
 # A static binary: glibc and libseccomp linked in, no runtime dependencies.
-BUILD_TAGS := netgo,osusergo
+BUILD_TAGS := netgo,osusergo,urfave_cli_no_docs
 LDFLAGS    := -s -w -X main.version=$(VERSION) -linkmode external -extldflags "-static"
 # Debian packages needed to build and test.
 DEB_BUILD  := gcc libc6-dev libseccomp-dev pkg-config
