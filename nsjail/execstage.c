@@ -315,9 +315,17 @@ __attribute__((constructor)) static void hutch_exec_stage(int argc, char **argv,
 	// The init ignores catchable signals (so sandboxed code cannot stop
 	// it), and ignored dispositions survive fork and execve: give the
 	// command default dispositions and an empty signal mask.
-	for (int sig = 1; sig < NSIG; sig++) {
+	// The raw syscall: glibc's signal() refuses its reserved real-time
+	// signals (32, 33), which an ignoring parent would otherwise pass on.
+	struct {
+		void *handler;
+		unsigned long flags;
+		void *restorer;
+		unsigned long mask;
+	} dfl = {0};
+	for (int sig = 1; sig <= 64; sig++) {
 		if (sig != SIGKILL && sig != SIGSTOP)
-			signal(sig, SIG_DFL);
+			syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof dfl.mask);
 	}
 	sigset_t none;
 	sigemptyset(&none);

@@ -502,3 +502,22 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A caller that ignores signals (some CI runners ignore real-time signal
+// 32, which glibc's signal() cannot even reset) must not pass that on to
+// the command.
+func TestIgnoredSignalsNotInherited(t *testing.T) {
+	dir := userDir(t)
+	wrapper := filepath.Join(dir, "ignsig")
+	if out, err := exec.Command("gcc", "-static", "-O1", "-o", wrapper, "testdata/ignsig.c").CombinedOutput(); err != nil {
+		t.Fatalf("build testdata/ignsig.c: %v\n%s", err, out)
+	}
+	os.Chmod(wrapper, 0o755)
+	cmd := hutchCmd(opts{dir: dir}, "run", "--", "/bin/sh", "-c", "grep SigIgn /proc/self/status")
+	cmd.Args = append([]string{wrapper, hutchBin}, cmd.Args[1:]...)
+	cmd.Path = wrapper
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "SigIgn:\t0000000000000000") {
+		t.Errorf("signals ignored by hutch's caller reached the command: %v\n%s", err, out)
+	}
+}
