@@ -104,6 +104,13 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 			s.Close()
 		}
 	}()
+	mark := func(name string, since time.Time) time.Time {
+		if o.Timing {
+			s.timing = append(s.timing, nsjail.Stage{Name: name, Usec: time.Since(since).Microseconds()})
+		}
+		return time.Now()
+	}
+	tm := time.Now()
 	if s.ws, err = ResolveWorkspace(p.Filesystem.Workspace); err != nil {
 		return nil, err
 	}
@@ -136,9 +143,11 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 	if err != nil {
 		return nil, err
 	}
+	tm = mark("supervisor.mount-plan", tm)
 	if s.filter, s.prof, err = seccompFilter(ctx, p, o.Logger); err != nil {
 		return nil, err
 	}
+	tm = mark("supervisor.seccomp", tm)
 	s.rec = seclog.NewRecorder(o.SecurityLog, s.id, []string{"(session)"})
 	if s.filter.NotifyUnavailable != "" {
 		s.rec.Record(seclog.Event{Kind: seclog.KindSandbox, Rule: "seccomp", Subject: "notification unavailable",
@@ -147,6 +156,7 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 	if s.limits, err = setupLimits(ctx, p, s.id, o.Logger); err != nil {
 		return nil, err
 	}
+	mark("supervisor.limits", tm)
 	if s.limits.cg == nil {
 		if w := warnOnce(s.rec, "rlimit-fallback", "memory, pids and cpus are capped only per process here (no cgroup): "+s.limits.reason); w != "" {
 			s.warnings = append(s.warnings, w)
