@@ -12,7 +12,10 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hutchsandbox/hutch/egress"
 	"github.com/hutchsandbox/hutch/nsjail"
@@ -110,6 +113,16 @@ func startEgress(ctx context.Context, p *policy.Policy, workspace string, files 
 	go func() {
 		defer es.wg.Done()
 		allow := append([]policy.AllowEntry(nil), p.Network.Allow...)
+		// Discovery asks the host's tools (hundreds of milliseconds): do
+		// it only once something actually reaches the proxy, so commands
+		// that never use the network never pay for it; pending
+		// connections wait in the listen backlog meanwhile.
+		if p.Network.DiscoverRegistries && !waitForTraffic(ctx, httpLn, socksLn, dnsPC) {
+			httpLn.Close()
+			socksLn.Close()
+			dnsPC.Close()
+			return
+		}
 		if p.Network.DiscoverRegistries {
 			for _, d := range DiscoverRegistries(ctx, workspace, false) {
 				allow = append(allow, d.Entry)
@@ -133,6 +146,46 @@ func startEgress(ctx context.Context, p *policy.Policy, workspace string, files 
 		wg.Wait()
 	}()
 	return es, nil
+}
+
+// waitForTraffic blocks until a connection or datagram is pending on one of
+// the proxy's sockets (true) or ctx ends (false). It does not consume it.
+func waitForTraffic(ctx context.Context, socks ...any) bool {
+	var fds []unix.PollFd
+	for _, s := range socks {
+		sc, ok := s.(syscall.Conn)
+		if !ok {
+			return true
+		}
+		raw, err := sc.SyscallConn()
+		if err != nil {
+			return true
+		}
+		raw.Control(func(fd uintptr) { fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}) })
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return true
+	}
+	defer unix.Close(wake)
+	stop := context.AfterFunc(ctx, func() { unix.Write(wake, []byte{1, 0, 0, 0, 0, 0, 0, 0}) })
+	defer stop()
+	fds = append(fds, unix.PollFd{Fd: int32(wake), Events: unix.POLLIN})
+	for {
+		n, err := unix.Poll(fds, -1)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return true
+		}
+		if fds[len(fds)-1].Revents != 0 || ctx.Err() != nil {
+			return false
+		}
+		if n > 0 {
+			return true
+		}
+	}
 }
 
 // stop ends the proxy and waits for its connections to close.
