@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -86,7 +87,9 @@ func (c *conn) send(m *message, fds ...int) error {
 // recv reads one message and the descriptors that came with it. The caller
 // owns the returned descriptors. io.EOF means the peer closed the socket.
 func (c *conn) recv() (*message, []int, error) {
-	buf := make([]byte, maxMsg)
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
 	oob := make([]byte, unix.CmsgSpace(8*4))
 	var n, oobn int
 	var err error
@@ -125,6 +128,10 @@ func (c *conn) recv() (*message, []int, error) {
 }
 
 var errEOF = errors.New("control socket closed")
+
+// bufPool recycles receive buffers: a message may be up to maxMsg long,
+// but allocating that for every message is most of a session's garbage.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, maxMsg); return &b }}
 
 func closeAll(fds []int) {
 	for _, fd := range fds {

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -110,7 +111,9 @@ func send(c *net.UnixConn, v any, fds ...int) error {
 }
 
 func recv(c *net.UnixConn, v any) ([]int, error) {
-	buf := make([]byte, maxMsg)
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
 	oob := make([]byte, unix.CmsgSpace(8*4))
 	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
@@ -142,6 +145,9 @@ func recv(c *net.UnixConn, v any) ([]int, error) {
 }
 
 var errClosed = errors.New("session connection closed")
+
+// bufPool recycles receive buffers (up to maxMsg per message).
+var bufPool = sync.Pool{New: func() any { b := make([]byte, maxMsg); return &b }}
 
 func closeFDs(fds []int) {
 	for _, fd := range fds {

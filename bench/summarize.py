@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""Summarize bench/run.sh's results: medians, spread, ratios from the same
+hyperfine invocation, and pass/fail against the targets of issue 6
+(docs/PERFORMANCE.md). Usage: summarize.py RESULTS_DIR"""
+import json
+import os
+import re
+import statistics
+import sys
+
+out = sys.argv[1]
+lines = []
+
+
+def p(s=""):
+    lines.append(s)
+
+
+def load(group):
+    path = os.path.join(out, group + ".json")
+    if not os.path.exists(path):
+        return None
+    return {r["command"]: r for r in json.load(open(path))["results"]}
+
+
+def quantile(xs, q):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = (len(xs) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def ms(x):
+    return x * 1000.0
+
+
+verdicts = []
+
+
+def verdict(name, ok, detail):
+    verdicts.append((name, "PASS" if ok else "FAIL", detail))
+
+
+def table(group, title, base="host", ref="bwrap"):
+    g = load(group)
+    if g is None:
+        p(f"## {title}: not measured")
+        p()
+        return None
+    p(f"## {title} ({group}.json)")
+    p(f"{'command':<24} {'median':>9} {'p25-p75':>17} {'min':>8} {'cpu(u+s)':>9} {'/'+base:>8} {'/'+ref:>8}")
+    for name, r in g.items():
+        t = r["times"]
+        sfx = "-" + name.rsplit("-", 1)[1] if re.search(r"-\d+$", name) else ""
+        b_, f_ = base + sfx, ref + sfx
+        row = f"{name:<24} {ms(r['median']):8.2f}m {ms(quantile(t, .25)):7.2f}-{ms(quantile(t, .75)):7.2f}m {ms(r['min']):7.2f}m {ms(r['user'] + r['system']):8.2f}m"
+        row += f" {r['median'] / g[b_]['median']:7.2f}x" if b_ in g else f" {'':>8}"
+        row += f" {r['median'] / g[f_]['median']:7.2f}x" if f_ in g else f" {'':>8}"
+        p(row)
+    p()
+    return g
+
+
+env = os.path.join(out, "env.txt")
+p("# hutch benchmark summary")
+if os.path.exists(env):
+    for l in open(env):
+        p("  " + l.rstrip())
+p("  times in ms (m); ratios are of medians from the same hyperfine invocation")
+p()
+
+cold = table("cold", "Cold start: /bin/true")
+if cold and "hutch" in cold:
+    if "bwrap" in cold:
+        for n in ("hutch", "hutch-net-none"):
+            r = cold[n]["median"] / cold["bwrap"]["median"]
+            verdict(f"cold start {n} <= 0.9x bwrap", r <= 0.9, f"{r:.2f}x ({ms(cold[n]['median']):.1f} vs {ms(cold['bwrap']['median']):.1f} ms)")
+    else:
+        verdict("cold start hutch <= 0.9x bwrap", False, "bwrap not measured")
+
+table("pieces", "Pieces: runtime start, namespaces")
+table("execstage", "Pieces: exec of the static binary up to the exec stage's C constructor", base="bash-exec-true", ref="-")
+disc = table("discovery", "Registry discovery cache cold vs no discovery", base="hutch-no-discover", ref="-")
+
+loop = table("loop200", "Steady state: 200 (and 1000) x fork+exec /bin/true in sh")
+if loop and "hutch" in loop:
+    for n in ("hutch", "hutch-exec"):
+        if n in loop:
+            r = loop[n]["median"] / loop["host"]["median"]
+            verdict(f"steady loop200 {n} <= 1.05x host", r <= 1.05, f"{r:.2f}x ({ms(loop[n]['median']):.1f} vs {ms(loop['host']['median']):.1f} ms, startup included)")
+    if "hutch-1000" in loop and "host-1000" in loop:
+        marg = {n: (loop[n + "-1000"]["median"] - loop[n]["median"]) / 800 for n in ("host", "bwrap", "hutch", "hutch-exec") if n + "-1000" in loop and n in loop}
+        p("marginal cost of one fork+exec of /bin/true, startup excluded, (median1000 - median200) / 800:")
+        p("  " + ", ".join(f"{n} {ms(v):.3f} ms ({v / marg['host']:.2f}x host)" for n, v in marg.items()))
+        p()
+        for n in ("hutch", "hutch-exec"):
+            if n in marg:
+                r = marg[n] / marg["host"]
+                verdict(f"steady loop marginal {n} (startup excluded) <= 1.05x host", r <= 1.05, f"{r:.2f}x ({ms(marg[n]):.3f} vs {ms(marg['host']):.3f} ms per fork+exec)")
+gcc = table("gcc", "Steady state: gcc -O2 -c of a 200-line file")
+if gcc and "hutch" in gcc:
+    for n in ("hutch", "hutch-exec"):
+        if n in gcc:
+            r = gcc[n]["median"] / gcc["host"]["median"]
+            verdict(f"steady gcc {n} <= 1.05x host", r <= 1.05, f"{r:.2f}x ({ms(gcc[n]['median']):.1f} vs {ms(gcc['host']['median']):.1f} ms, startup included)")
+
+ex = table("exec", "Exec into a running container/session", base="host", ref="crun-exec")
+if ex and "hutch-exec" in ex and "crun-exec" in ex:
+    r = ex["hutch-exec"]["median"] / ex["crun-exec"]["median"]
+    verdict("hutch exec <= 0.6x crun exec", r <= 0.6, f"{r:.2f}x")
+else:
+    verdict("hutch exec <= 0.6x crun exec", False, "not measured: " + ("no sessions in this hutch" if not (ex and "hutch-exec" in ex) else "no crun"))
+
+# Go benchmarks
+gob = {}
+gop = os.path.join(out, "go-bench.txt")
+if os.path.exists(gop):
+    for l in open(gop):
+        m = re.match(r"^(Benchmark\S+?)(-\d+)?\s+(\d+)\s+([\d.]+) ns/op(.*)$", l)
+        if m:
+            extra = dict((k, float(v)) for v, k in re.findall(r"([\d.]+) (\S+)", m.group(5)))
+            gob[m.group(1)] = (float(m.group(4)) / 1e6, extra)
+    skips = [l.strip() for l in open(gop) if "SKIP" in l or "bench_test.go" in l]
+if gob:
+    p("## Go benchmarks (go-bench.txt; mean ms/op of one go test run)")
+    host = gob.get("BenchmarkHostTrue", (None,))[0]
+    for k, (v, extra) in gob.items():
+        rel = f"  (+{v - host:6.2f} ms vs host)" if host else ""
+        ext = "  " + " ".join(f"{n}={x:.2f}" for n, x in extra.items()) if extra else ""
+        p(f"{k:<52} {v:8.2f} ms{rel}{ext}")
+    p()
+    for k in ("BenchmarkGoAPIRunTrue/net=proxy", "BenchmarkGoAPIRunTrue/net=none"):
+        if k in gob and host:
+            d = gob[k][0] - host
+            verdict(f"Go API run_command ({k.split('/')[1]}) <= host + 1 ms", d <= 1.0, f"host + {d:.1f} ms (fresh sandbox per call)")
+    for k in ("BenchmarkGoAPISessionExecTrue/net=proxy", "BenchmarkGoAPISessionExecTrue/net=none"):
+        if k in gob and host:
+            d = gob[k][0] - host
+            verdict(f"Go API run_command, warm session ({k.split('/')[1]}) <= host + 1 ms", d <= 1.0, f"host + {d:.1f} ms (Session.Exec)")
+    if "BenchmarkMCPRunCommand" in gob and host:
+        d = gob["BenchmarkMCPRunCommand"][0] - host
+        verdict("MCP run_command <= host + 1 ms", d <= 1.0, f"host + {d:.1f} ms (JSON-RPC round trip, sh -c, the server's executor)")
+else:
+    verdict("Go API run_command <= host + 1 ms", False, "not measured (go benchmarks skipped)")
+
+# Go package initialization (GODEBUG=inittrace=1 hutch --version)
+itp = os.path.join(out, "go-inittrace.txt")
+if os.path.exists(itp):
+    runs, cur = [], None
+    for l in open(itp):
+        if l.startswith("--- run"):
+            cur = {}
+            runs.append(cur)
+            continue
+        m = re.match(r"^init (\S+) @([\d.]+) ms, ([\d.]+) ms clock", l)
+        if m and cur is not None:
+            cur[m.group(1)] = (float(m.group(2)), float(m.group(3)))
+    runs = [r for r in runs if r]
+    if runs:
+        rt = [r["runtime"][1] for r in runs if "runtime" in r]
+        pk = [sum(c for k, (_, c) in r.items() if k != "runtime") for r in runs]
+        tm = [max(a + c for a, c in r.values()) for r in runs]
+        p(f"## Go start of hutch --version ({len(runs)} runs, GODEBUG=inittrace=1; go-inittrace.txt)")
+        p(f"runtime init {statistics.median(rt):.2f} ms, package inits {statistics.median(pk):.2f} ms ({len(runs[0]) - 1} packages), "
+          f"last init done at {statistics.median(tm):.2f} ms after process start (medians)")
+        names = set(k for r in runs for k in r if k != "runtime")
+        top = sorted(names, key=lambda k: -statistics.median([r.get(k, (0, 0))[1] for r in runs]))[:8]
+        p("slowest package inits (median ms): " + ", ".join(f"{k} {statistics.median([r.get(k, (0, 0))[1] for r in runs]):.2f}" for k in top))
+        p()
+
+# memory
+memp = os.path.join(out, "memory.txt")
+if os.path.exists(memp):
+    p("## Resident memory (max VmRSS sampled every 10 ms during `run -- sleep 2`)")
+    for l in open(memp):
+        f = dict(x.split("=") for x in l.split()[1:])
+        name = l.split()[0]
+        p(f"{name:<16} supervisor {int(f['supervisor_rss_max_kb']) / 1024:6.1f} MiB (VmHWM {int(f['supervisor_hwm_kb']) / 1024:5.1f})"
+          f"  init {int(f['init_rss_max_kb']) / 1024:6.1f} MiB  ({f['samples']} samples)")
+        if name.startswith(("hutch", "session")):
+            kib = max(int(f["supervisor_rss_max_kb"]), int(f["supervisor_hwm_kb"]))
+            verdict(f"supervisor RSS ({name}) <= 20 MB", kib * 1024 <= 20e6,
+                    f"{kib * 1024 / 1e6:.1f} MB = {kib / 1024:.1f} MiB (max of sampled VmRSS and VmHWM)")
+    p()
+
+# stages
+stp = os.path.join(out, "stages.txt")
+if os.path.exists(stp):
+    runs, cur = [], {}
+    for l in open(stp):
+        m = re.match(r"^hutch: timing (\S+)\s+([\d.]+) ms", l)
+        if not m:
+            continue
+        cur[m.group(1)] = float(m.group(2))
+        if m.group(1) == "wall":
+            runs.append(cur)
+            cur = {}
+    runs = [r for r in runs if "total" in r]
+    if runs:
+        for r in runs:
+            inits = sum(v for k, v in r.items() if k.startswith(("init.", "mounts.")))
+            r["=init stages (sum)"] = inits
+            if "supervisor.start" in r and "supervisor.plan" in r:
+                r["=clone+init exec+Go start+msgs+egress"] = r["supervisor.start"] - r["supervisor.plan"] - inits
+                after = r["total"] - r["supervisor.start"]
+                if "exec" in r:
+                    r["=teardown (total-start-exec)"] = after - r["exec"]
+                else:
+                    r["=exec+wait+teardown"] = after
+            r["=process start+CLI+exit (wall-total)"] = r["wall"] - r["total"]
+        p(f"## Per-stage timings: hutch run --debug -- /bin/true, {len(runs)} runs (stages.txt)")
+        p("   supervisor.start and total are cumulative from the start of hutch.Run, exec is Session.Exec;")
+        p("   wall is the bash loop's clock around the process; '=' rows are derived")
+        p(f"{'stage':<34} {'median':>8} {'p10-p90':>17}")
+        keys = list(dict.fromkeys(k for r in runs for k in r))
+        for k in keys:
+            xs = [r[k] for r in runs if k in r]
+            p(f"{k:<34} {statistics.median(xs):7.3f}m {quantile(xs, .1):7.3f}-{quantile(xs, .9):7.3f}m")
+        p()
+
+skp = os.path.join(out, "skipped.txt")
+if os.path.exists(skp):
+    p("## Skipped")
+    for l in open(skp):
+        p("- " + l.rstrip())
+    p()
+
+p("## Targets")
+for n, v, d in verdicts:
+    p(f"{v:<5} {n:<64} {d}")
+print("\n".join(lines))
