@@ -197,9 +197,11 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 	}
 	s.recordLandlockGaps()
 	if proxied {
+		te := time.Now()
 		if s.egress, err = startEgress(context.Background(), p, s.ws, s.sb.ProxyFiles, s.rec, o.Logger); err != nil {
 			return nil, &nsjail.SetupError{Op: "start the egress proxy", Err: err}
 		}
+		mark("supervisor.egress", te)
 	}
 	if o.Timing {
 		s.timing = append(s.timing, nsjail.Stage{Name: "supervisor.plan", Usec: tPlan.Microseconds()})
