@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -440,6 +441,9 @@ func (s *Session) awaitOrKill(proc *nsjail.Process) {
 	}
 }
 
+// ForwardedSignals are the signals hutch relays to the command it runs.
+var ForwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
 // RunOptions describes one command in a fresh, one-off sandbox.
 type RunOptions struct {
 	Policy     *policy.Policy
@@ -477,8 +481,8 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 	var sigs chan os.Signal
 	if o.ForwardSignals {
 		sigs = make(chan os.Signal, 4)
-		signalNotify(sigs)
-		defer signalStop(sigs)
+		signal.Notify(sigs, ForwardedSignals...)
+		defer signal.Stop(sigs)
 	}
 	res, err := sess.Exec(ctx, &ExecOptions{
 		Argv: o.Argv, ExtraEnv: o.ExtraEnv, Cwd: o.Cwd,

@@ -41,9 +41,6 @@ func setupLimits(ctx context.Context, p *policy.Policy, id string, logger *slog.
 		Pids:        int64(p.Resources.Pids),
 		CPUs:        p.Resources.CPUs,
 	}}
-	if removed, err := cgroup.ReapStale(ctx); err == nil && len(removed) > 0 && logger != nil {
-		logger.Debug("removed stale sandbox cgroups", "cgroups", removed)
-	}
 	withMargin := l.user
 	if withMargin.Pids > 0 {
 		withMargin.Pids += pidsMargin
@@ -57,6 +54,11 @@ func setupLimits(ctx context.Context, p *policy.Policy, id string, logger *slog.
 	)
 	if err == nil {
 		l.cg, l.backend = cg, cg.Backend()
+		// Only where this user can make cgroups can a killed hutch have
+		// left some behind; elsewhere the scan would be wasted start-up.
+		if removed, err := cgroup.ReapStale(ctx); err == nil && len(removed) > 0 && logger != nil {
+			logger.Debug("removed stale sandbox cgroups", "cgroups", removed)
+		}
 		return l, nil
 	}
 	if !errors.Is(err, cgroup.ErrUnavailable) && !errors.Is(err, cgroup.ErrControllerMissing) {
@@ -97,7 +99,7 @@ func warnOnce(rec *seclog.Recorder, subject, msg string) string {
 	return "hutch: warning: " + msg + " (shown once; see the security log and hutch doctor)"
 }
 
-// limitEvents reads the cgroup's counters.
+// events reads the cgroup's counters (zero without a cgroup).
 func (l *limits) events() cgroup.Events {
 	if l == nil || l.cg == nil {
 		return cgroup.Events{}

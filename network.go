@@ -20,6 +20,7 @@ import (
 	"github.com/hutchsandbox/hutch/egress"
 	"github.com/hutchsandbox/hutch/nsjail"
 	"github.com/hutchsandbox/hutch/policy"
+	"github.com/hutchsandbox/hutch/seccompprofiles"
 	"github.com/hutchsandbox/hutch/seclog"
 )
 
@@ -67,12 +68,11 @@ func DiscoverRegistries(ctx context.Context, workspace string, fresh bool) []egr
 	return d
 }
 
+// cacheDir is hutch's per-user cache directory ("" when there is none);
+// the seccomp filter cache is its seccomp/ subdirectory.
 func cacheDir() string {
-	if d := os.Getenv("XDG_CACHE_HOME"); filepath.IsAbs(d) {
-		return filepath.Join(d, "hutch")
-	}
-	if h := os.Getenv("HOME"); filepath.IsAbs(h) && h != "/nonexistent" {
-		return filepath.Join(h, ".cache", "hutch")
+	if d := seccompprofiles.DefaultCacheDir(); d != "" {
+		return filepath.Dir(d)
 	}
 	return ""
 }

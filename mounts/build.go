@@ -127,10 +127,9 @@ func Build(s *Spec) (*Plan, error) {
 	p.Add(Step{Kind: Devpts, Target: "/dev/pts", Why: "private pseudo-terminals"})
 	p.Add(Step{Kind: Symlink, Target: "/dev/ptmx", Data: "pts/ptmx"})
 	p.Add(Step{Kind: Tmpfs, Target: "/dev/shm", Mode: 0o1777, Size: s.ShmSize, Why: "/dev/shm"})
-	for name, to := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
-		p.Add(Step{Kind: Symlink, Target: "/dev/" + name, Data: to})
+	for _, l := range [][2]string{{"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"}, {"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"}} {
+		p.Add(Step{Kind: Symlink, Target: "/dev/" + l[0], Data: l[1]})
 	}
-	sortSymlinks(p)
 	p.Add(Step{Kind: Seal, Target: "/dev", Why: "/dev read-only after setup"})
 
 	if s.Sys {
@@ -192,16 +191,6 @@ next:
 		return c, nil
 	}
 	return "", fmt.Errorf("no directory to build the sandbox's root on: every one of %v is missing or inside a bind source; choose a workspace elsewhere", stageCandidates)
-}
-
-// sortSymlinks keeps map-ordered symlink steps deterministic.
-func sortSymlinks(p *Plan) {
-	i := len(p.Steps)
-	for i > 0 && p.Steps[i-1].Kind == Symlink && strings.HasPrefix(p.Steps[i-1].Target, "/dev/") && p.Steps[i-1].Target != "/dev/ptmx" {
-		i--
-	}
-	tail := p.Steps[i:]
-	sort.Slice(tail, func(a, b int) bool { return tail[a].Target < tail[b].Target })
 }
 
 // addHostEntry binds a host directory or file read-only, or recreates a

@@ -14,8 +14,8 @@
 // argv: MAGIC, flags, rlimits, cwd, file, argv0, args...
 // rlimits: "" or "RES:CUR:MAX,RES:CUR:MAX,..." (numbers; MAX -1 = infinity),
 // set just before the command starts.
-// flags: a string of letters: 'n' = seccomp with user notification,
-// 'r' = stay as the command's reaper (see reaper() below).
+// flags: a string of letters: 'n' = seccomp with user notification.
+// The stage always stays as the command's reaper (see reaper() below).
 // The environment is the command's.
 //
 // Order matters: capabilities first (dropping the bounding set needs
@@ -308,7 +308,6 @@ __attribute__((constructor)) static void hutch_exec_stage(int argc, char **argv,
 	const char *file = argv[4];
 	char **cargv = &argv[5];
 	int notify = strchr(flags, 'n') != NULL;
-	int reap = strchr(flags, 'r') != NULL;
 
 	// The init dup2()ed the status pipe to 3, which clears close-on-exec.
 	fcntl(3, F_SETFD, FD_CLOEXEC);
@@ -336,7 +335,7 @@ __attribute__((constructor)) static void hutch_exec_stage(int argc, char **argv,
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		fail(125, errno, "set no_new_privs");
 	// Before seccomp, which a user's profile may make strict about prctl.
-	if (reap && prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
 		fail(125, errno, "become the command's subreaper");
 	if (valid_fd(4)) {
 		if (syscall(SYS_landlock_restrict_self, 4, 0) < 0)
@@ -356,10 +355,5 @@ __attribute__((constructor)) static void hutch_exec_stage(int argc, char **argv,
 			close(fd);
 	}
 	set_rlimits(rlimits);
-	if (reap)
-		reaper(file, cargv); // never returns
-	execvpe(file, cargv, environ);
-	int e = errno;
-	int code = (e == ENOENT || e == ENOTDIR) ? 127 : 126;
-	fail(code, e, "execute the command");
+	reaper(file, cargv); // never returns
 }

@@ -1,6 +1,7 @@
 package nsjail
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/signal"
@@ -255,9 +256,7 @@ func (in *initState) spawn(m *message, fds []int) {
 	if in.bpfFD >= 0 {
 		files[execFDSeccomp] = uintptr(in.bpfFD)
 	}
-	// The exec stage stays as the command's reaper, so that the command's
-	// leftovers die with it even in a shared (session) sandbox.
-	flags := "-r"
+	flags := "-"
 	if sp.Notify && in.bpfFD >= 0 {
 		files[execFDNotify] = uintptr(fds[3])
 		flags += "n"
@@ -338,40 +337,15 @@ func readStatus(fd int, out chan<- execResult) {
 	}
 	var code, eno int
 	var what string
-	var rest []byte
-	fields := splitN(buf[:n], 3)
-	if len(fields) == 3 {
-		code, _ = strconv.Atoi(string(fields[0]))
-		eno, _ = strconv.Atoi(string(fields[1]))
-		rest = fields[2]
-		what = string(rest)
+	if f := bytes.SplitN(buf[:n], []byte(" "), 3); len(f) == 3 {
+		code, _ = strconv.Atoi(string(f[0]))
+		eno, _ = strconv.Atoi(string(f[1]))
+		what = string(f[2])
 	}
 	if code == 0 {
 		code = 125
 	}
 	out <- execResult{code: code, msg: fmt.Sprintf("%s: %s", what, syscall.Errno(eno).Error())}
-}
-
-func splitN(b []byte, n int) [][]byte {
-	var out [][]byte
-	for len(out) < n-1 {
-		i := indexByte(b, ' ')
-		if i < 0 {
-			break
-		}
-		out = append(out, b[:i])
-		b = b[i+1:]
-	}
-	return append(out, b)
-}
-
-func indexByte(b []byte, c byte) int {
-	for i, x := range b {
-		if x == c {
-			return i
-		}
-	}
-	return -1
 }
 
 // reap collects every child of pid 1, reporting the commands it started.

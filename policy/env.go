@@ -38,7 +38,7 @@ func (p *Policy) CommandEnv(host []string, extra []string) ([]string, error) {
 	out["SHELL"] = "/bin/sh"
 	for _, e := range extra {
 		k, v, hasValue := strings.Cut(e, "=")
-		if !isEnvName(k) {
+		if !validEnvName(k) {
 			return nil, fmt.Errorf("--env %q: want NAME=VALUE or NAME, where NAME is letters, digits and _ not starting with a digit", e)
 		}
 		if hasValue {
@@ -66,19 +66,4 @@ func passes(pass []string, name string) bool {
 		}
 	}
 	return false
-}
-
-func isEnvName(k string) bool {
-	if k == "" {
-		return false
-	}
-	for i, c := range k {
-		switch {
-		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
-		case c >= '0' && c <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

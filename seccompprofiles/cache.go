@@ -38,7 +38,8 @@ func DefaultCacheDir() string {
 	if d := os.Getenv("XDG_CACHE_HOME"); d != "" && filepath.IsAbs(d) {
 		return filepath.Join(d, "hutch", "seccomp")
 	}
-	if h := os.Getenv("HOME"); h != "" && filepath.IsAbs(h) {
+	// nobody's HOME (/nonexistent) is no place for a cache.
+	if h := os.Getenv("HOME"); h != "" && filepath.IsAbs(h) && h != "/nonexistent" {
 		return filepath.Join(h, ".cache", "hutch", "seccomp")
 	}
 	return ""

@@ -3,6 +3,7 @@ package seccompprofiles
 import (
 	"context"
 	"slices"
+	"strconv"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -85,7 +86,7 @@ func memReader(fd int, n Notification) MemReader {
 		if size <= 0 || size > 4096 {
 			return nil, false
 		}
-		f, err := unix.Open("/proc/"+itoa(int(n.Pid))+"/mem", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		f, err := unix.Open("/proc/"+strconv.Itoa(int(n.Pid))+"/mem", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return nil, false
 		}
@@ -101,18 +102,4 @@ func memReader(fd int, n Notification) MemReader {
 		}
 		return buf, true
 	}
-}
-
-func itoa(v int) string {
-	if v == 0 {
-		return "0"
-	}
-	var b [20]byte
-	i := len(b)
-	for v > 0 {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-	}
-	return string(b[i:])
 }
