@@ -403,10 +403,9 @@ wait:
 	switch {
 	case res.TimedOut:
 		res.ExitCode = ExitTimeout
-		rec.Record(seclog.Event{Kind: seclog.KindTimeout, Rule: "resources.timeout", Subject: timeout.String(),
-			Message: fmt.Sprintf("timed out after %s; the command and all its processes were killed (raise the limit with --timeout or resources.timeout)", policy.Duration(timeout)),
-			Level:   slog.LevelInfo})
-		res.Messages = append(res.Messages, fmt.Sprintf("hutch: timed out after %s; the command and all its processes were killed (raise the limit with --timeout or resources.timeout)", policy.Duration(timeout)))
+		msg := fmt.Sprintf("timed out after %s; the command and all its processes were killed (raise the limit with --timeout or resources.timeout)", policy.Duration(timeout))
+		rec.Record(seclog.Event{Kind: seclog.KindTimeout, Rule: "resources.timeout", Subject: timeout.String(), Message: msg, Level: slog.LevelInfo})
+		res.Messages = append(res.Messages, "hutch: "+msg)
 	case cancelled:
 		res.ExitCode = ExitSetup
 		res.Messages = append(res.Messages, "hutch: cancelled; the command and all its processes were killed")

@@ -521,3 +521,15 @@ func TestIgnoredSignalsNotInherited(t *testing.T) {
 		t.Errorf("signals ignored by hutch's caller reached the command: %v\n%s", err, out)
 	}
 }
+
+// The new root is built on a host directory that no bind source contains:
+// binding the host's /tmp (where the root is usually staged) must show the
+// host's /tmp, not hutch's half-built root.
+func TestStageOutsideBindSources(t *testing.T) {
+	ws := userDir(t)
+	r := hutch(t, opts{dir: ws}, "run", "--ro-bind", os.TempDir()+":/mnt/hosttmp", "--", "/bin/sh", "-c",
+		"ls -a /mnt/hosttmp | grep -cx -e .hutchenv -e workspace -e proc; ls -d /mnt/hosttmp/"+filepath.Base(filepath.Dir(ws)))
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "0\n") {
+		t.Errorf("the bind of the host's %s shows hutch's staging root (or failed): exit %d\n%s\n%s", os.TempDir(), r.code, r.stdout, r.stderr)
+	}
+}
