@@ -99,44 +99,55 @@ func ownerUID(p string) int {
 	return int(st.Uid)
 }
 
+// statField returns field n (1-based, n >= 3) of /proc/PID/stat, "" when
+// it cannot be read. The command name (field 2) is in parentheses and may
+// hold anything, so fields are counted after the last ')'.
+func statField(pid, n int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < n-2 {
+		return ""
+	}
+	return f[n-3]
+}
+
 // startTime returns the start time of pid in clock ticks since boot (field
 // 22 of /proc/PID/stat), 0 when it cannot be read.
 func startTime(pid int) uint64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// The command name (field 2) is in parentheses and may hold anything;
-	// the fields after the last ')' start with field 3.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return 0
-	}
-	v, _ := strconv.ParseUint(f[19], 10, 64)
+	v, _ := strconv.ParseUint(statField(pid, 22), 10, 64)
 	return v
 }
 
 // parentPid returns the parent of pid (field 4 of /proc/PID/stat), 0 when
 // unknown.
 func parentPid(pid int) int {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0
-	}
-	v, _ := strconv.Atoi(f[1])
+	v, _ := strconv.Atoi(statField(pid, 4))
 	return v
+}
+
+// removeTrees kills what is in the cgroups (kill), then removes each
+// directory with its subdirectories, deepest first, retrying while the
+// kernel still counts dying processes in them.
+func removeTrees(ctx context.Context, dirs []string, kill func(context.Context) error) error {
+	var errs []error
+	if err := kill(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	for _, d := range dirs {
+		for _, s := range append(subdirs(d), d) {
+			if err := rmdirRetry(ctx, s, func() { kill(ctx) }); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // alive reports whether the process that created a cgroup named with pid

@@ -2,7 +2,6 @@ package cgroup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -192,20 +191,8 @@ func (c *v1cgroup) Remove() error {
 			c.final = e
 		}
 	}
-	ctx := context.Background()
-	var errs []error
-	if err := c.kill(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	for _, d := range c.dirs {
-		for _, s := range append(subdirs(d), d) {
-			if err := rmdirRetry(ctx, s, func() { c.kill(ctx) }); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
+	if err := removeTrees(context.Background(), c.dirs, c.kill); err != nil {
+		return err
 	}
 	c.removed = true
 	return nil

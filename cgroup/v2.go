@@ -253,18 +253,8 @@ func (c *v2cgroup) Remove() error {
 			c.final = e
 		}
 	}
-	ctx := context.Background()
-	var errs []error
-	if err := c.kill(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	for _, d := range append(subdirs(c.dir), c.dir) {
-		if err := rmdirRetry(ctx, d, func() { c.kill(ctx) }); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
+	if err := removeTrees(context.Background(), []string{c.dir}, c.kill); err != nil {
+		return err
 	}
 	if c.fd >= 0 {
 		unix.Close(c.fd)
