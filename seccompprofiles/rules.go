@@ -236,14 +236,3 @@ func matchAll(conds []Arg, args [6]uint64) bool {
 	return true
 }
 
-func argsEqual(a, b []Arg) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}

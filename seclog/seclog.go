@@ -18,7 +18,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 )
 
 // Event kinds.
@@ -283,6 +282,3 @@ func (r *Recorder) Count() int {
 	defer r.mu.Unlock()
 	return r.nEvents
 }
-
-// Stamp returns the time format used in the log (RFC 3339, nanoseconds).
-func Stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
