@@ -235,4 +235,3 @@ func matchAll(conds []Arg, args [6]uint64) bool {
 	}
 	return true
 }
-
