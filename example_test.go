@@ -6,22 +6,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"testing"
 
 	"github.com/hutchsandbox/hutch"
-	"github.com/hutchsandbox/hutch/nsjail"
 	"github.com/hutchsandbox/hutch/policy"
 )
-
-// TestMain lets this test binary serve as the sandbox's init, as the hutch
-// binary does: hutch re-executes its own executable for that.
-func TestMain(m *testing.M) {
-	if nsjail.IsInit() {
-		nsjail.InitMain()
-		return
-	}
-	os.Exit(m.Run())
-}
 
 // A tool that embeds hutch starts a session from a policy and runs
 // commands in it, each with a context, and gets the same result the CLI

@@ -139,7 +139,7 @@ type ruleset struct {
 
 func build(t *testing.T, abi int, r Rules) ruleset {
 	t.Helper()
-	fd, rep, err := buildForABI(abi, "", r, false)
+	fd, rep, err := buildForABI(-1, abi, "", r, false)
 	if err != nil {
 		t.Fatalf("build (ABI %d): %v", abi, err)
 	}
@@ -475,7 +475,7 @@ func TestKernelBestEffortOlderABI(t *testing.T) {
 		}
 	}
 
-	fd, _, err := buildForABI(5, "", r, true)
+	fd, _, err := buildForABI(-1, 5, "", r, true)
 	var se *StrictError
 	if fd != -1 || !errors.As(err, &se) || !strings.Contains(err.Error(), "cannot scope signals (needs ABI 6, Linux 6.12+)") {
 		t.Errorf("strict ABI 5 with ScopeSignal: fd %d err %v", fd, err)

@@ -108,7 +108,7 @@ func TestStrictErrors(t *testing.T) {
 			`landlock: this kernel has no usable Landlock (ABI 0: no usable Landlock), so it cannot restrict filesystem access, TCP or scopes (needs Linux 5.13+ with Landlock enabled); set enforcement = "best-effort" or enable Landlock (CONFIG_SECURITY_LANDLOCK=y and landlock in the lsm= boot parameter)`},
 	}
 	for _, c := range cases {
-		fd, rep, err := buildForABI(c.abi, "", c.rules, true)
+		fd, rep, err := buildForABI(-1, c.abi, "", c.rules, true)
 		if fd != -1 {
 			t.Errorf("ABI %d strict: fd %d, want -1", c.abi, fd)
 		}
@@ -124,14 +124,14 @@ func TestStrictErrors(t *testing.T) {
 		}
 	}
 	// Best effort with no Landlock: no fd, no error, and the report says so.
-	fd, rep, err := buildForABI(0, "the kernel has no Landlock", Rules{}, false)
+	fd, rep, err := buildForABI(-1, 0, "the kernel has no Landlock", Rules{}, false)
 	if fd != -1 || err != nil || len(rep.NotEnforced) != 1 || !strings.Contains(rep.NotEnforced[0], "the kernel has no Landlock") {
 		t.Errorf("ABI 0 best effort: fd %d err %v report %+v", fd, err, rep)
 	}
 }
 
 func TestRelativePathRejected(t *testing.T) {
-	if _, _, err := buildForABI(7, "", Rules{ReadOnly: []string{"etc"}}, false); err == nil {
+	if _, _, err := buildForABI(-1, 7, "", Rules{ReadOnly: []string{"etc"}}, false); err == nil {
 		t.Fatal("relative path accepted")
 	}
 }

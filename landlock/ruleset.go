@@ -208,8 +208,16 @@ func gaps(abi int, r Rules) (required []Gap, reported []string) {
 // returns its file descriptor (O_CLOEXEC) without restricting the caller.
 // See buildForABI.
 func Build(r Rules, strict bool) (fd int, rep Report, err error) {
+	return BuildBeneath(-1, r, strict)
+}
+
+// BuildBeneath is Build with the rules' paths resolved beneath the
+// directory root (an O_PATH descriptor of another mount tree, such as a
+// sandbox's root before any sandboxed code runs), as if root were "/":
+// symlinks and ".." cannot leave it. root -1 means the caller's "/".
+func BuildBeneath(root int, r Rules, strict bool) (fd int, rep Report, err error) {
 	abi, reason := kernelABI()
-	return buildForABI(abi, reason, r, strict)
+	return buildForABI(root, abi, reason, r, strict)
 }
 
 // buildForABI builds the ruleset as if the kernel had ABI abi: it handles
@@ -222,7 +230,7 @@ func Build(r Rules, strict bool) (fd int, rep Report, err error) {
 // *StrictError when a required restriction cannot be enforced; otherwise
 // the Report lists what is missing. Paths that cannot be opened are skipped
 // and listed in Report.Skipped, in both modes.
-func buildForABI(abi int, reason string, r Rules, strict bool) (int, Report, error) {
+func buildForABI(root, abi int, reason string, r Rules, strict bool) (int, Report, error) {
 	rep := Report{ABI: abi}
 	for _, list := range [][]string{r.ReadExec, r.ReadOnly, r.ListOnly, r.ReadWrite, r.ReadWriteFiles} {
 		for _, p := range list {
@@ -285,7 +293,7 @@ func buildForABI(abi int, reason string, r Rules, strict bool) (int, Report, err
 	for _, g := range groups {
 		var added []string
 		for _, p := range g.paths {
-			ok, skip, err := addPathRule(fd, p, g.access)
+			ok, skip, err := addPathRule(fd, root, p, g.access)
 			if err != nil {
 				return fail(err)
 			}
@@ -352,8 +360,8 @@ func portList(ports []uint16) string {
 
 // addPathRule adds a path-beneath rule. A path that cannot be opened is
 // skipped (ok false, skip says why): leaving it out only removes access.
-func addPathRule(rulesetFD int, path string, access uint64) (ok bool, skip string, err error) {
-	pfd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+func addPathRule(rulesetFD, root int, path string, access uint64) (ok bool, skip string, err error) {
+	pfd, err := openPath(root, path)
 	if err != nil {
 		if err == unix.ENOENT {
 			return false, fmt.Sprintf("path %s does not exist; skipped", path), nil
@@ -378,6 +386,24 @@ func addPathRule(rulesetFD int, path string, access uint64) (ok bool, skip strin
 		return false, "", fmt.Errorf("landlock: add rule for %s (access 0x%x): %w", path, access, e)
 	}
 	return true, "", nil
+}
+
+// openPath opens path O_PATH, beneath root when root >= 0.
+func openPath(root int, path string) (int, error) {
+	if root < 0 {
+		return unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	}
+	rel := strings.TrimPrefix(filepath.Clean(path), "/")
+	if rel == "" {
+		rel = "."
+	}
+	for {
+		fd, err := unix.Openat2(root, rel, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+		if err != unix.EAGAIN && err != unix.EINTR {
+			return fd, err
+		}
+	}
 }
 
 // netPortAttr is struct landlock_net_port_attr.

@@ -1,9 +1,9 @@
 // The exec stage: the last step between hutch's init and the sandboxed
-// command. The init starts /proc/self/exe with argv[0] == HUTCH_EXEC_MAGIC in
-// a fresh nested user namespace that maps the sandbox uid to the init's uid;
-// this constructor runs before the Go runtime starts (no threads, no
-// allocator of Go's), applies the per-command restrictions and execs the
-// command. It never returns to Go.
+// command. The init (init.c) forks a child per command; the child enters a
+// fresh nested user namespace that maps the sandbox uid to the init's uid,
+// places its descriptors and calls hutch_exec_command, which applies the
+// per-command restrictions and runs the command as its reaper. No Go runtime
+// and no re-exec of hutch's binary are on this path.
 //
 // File descriptors, fixed by the init (-1 / closed when absent):
 //   0,1,2  the command's stdio
@@ -11,17 +11,15 @@
 //   4      Landlock ruleset
 //   5      seccomp BPF program (memfd holding struct sock_filter[])
 //   6      unix socket on which the seccomp listener fd is sent
-// argv: MAGIC, flags, rlimits, cwd, file, argv0, args...
 // rlimits: "" or "RES:CUR:MAX,RES:CUR:MAX,..." (numbers; MAX -1 = infinity),
-// set just before the command starts.
-// flags: a string of letters: 'n' = seccomp with user notification.
-// The stage always stays as the command's reaper (see reaper() below).
-// The environment is the command's.
+// set just before the command starts. notify: seccomp with user
+// notification. The stage always stays as the command's reaper (see
+// reaper() below). The environment (environ) is the command's.
 //
-// Order matters: capabilities first (dropping the bounding set needs
-// CAP_SETPCAP, which arrives as the only ambient capability), then
+// Order matters: capabilities first (the nested user namespace gave this
+// process every capability in it, which it drops entirely), then
 // no_new_privs, Landlock, and seccomp last so the filter need not allow the
-// set-up syscalls. Only execve and the error path run under the filter.
+// set-up syscalls. Only fork, execve and the error path run under the filter.
 
 #define _GNU_SOURCE
 #include <errno.h>
@@ -45,7 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HUTCH_EXEC_MAGIC "hutch:exec"
+#include "hutch_init.h"
 
 #ifndef SYS_landlock_restrict_self
 #define SYS_landlock_restrict_self 446
@@ -70,7 +68,7 @@ extern char **environ;
 // started (the init sends it on a timeout or a session's kill request).
 #define HUTCH_SIG_TERMINATE 40
 
-static void fail(int code, int err, const char *what) {
+__attribute__((noreturn)) static void fail(int code, int err, const char *what) {
 	char buf[512];
 	int n = snprintf(buf, sizeof buf, "%d %d %s", code, err, what);
 	if (n > 0) {
@@ -244,7 +242,7 @@ static void mirror(int st) {
 // sends HUTCH_SIG_TERMINATE) it kills everything the command left behind
 // and exits with the command's status. This is how one exec in a shared
 // session sandbox is cleaned up without cgroups.
-static void reaper(const char *file, char **cargv) {
+__attribute__((noreturn)) static void reaper(const char *file, char **cargv) {
 	sigset_t set, old;
 	sigemptyset(&set);
 	sigaddset(&set, SIGCHLD);
@@ -298,16 +296,9 @@ static void reaper(const char *file, char **cargv) {
 	}
 }
 
-__attribute__((constructor)) static void hutch_exec_stage(int argc, char **argv, char **envp) {
-	(void)envp;
-	if (argc < 6 || argv == NULL || argv[0] == NULL || strcmp(argv[0], HUTCH_EXEC_MAGIC) != 0)
-		return;
-	const char *flags = argv[1];
-	const char *rlimits = argv[2];
-	const char *cwd = argv[3];
-	const char *file = argv[4];
-	char **cargv = &argv[5];
-	int notify = strchr(flags, 'n') != NULL;
+void hutch_exec_command(int notify, const char *rlimits, const char *cwd, char **argv) {
+	const char *file = argv[0];
+	char **cargv = argv;
 
 	// The init dup2()ed the status pipe to 3, which clears close-on-exec.
 	fcntl(3, F_SETFD, FD_CLOEXEC);

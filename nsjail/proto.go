@@ -1,54 +1,257 @@
 package nsjail
 
 import (
-	"encoding/json"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hutchsandbox/hutch/mounts"
 )
 
 // The supervisor and the init talk over a SOCK_SEQPACKET socketpair: one
-// JSON message per packet, file descriptors travel beside it as SCM_RIGHTS.
-// The init never trusts anything from inside the sandbox; the only party on
-// the other end of this socket is the supervisor that created it.
+// message per packet, file descriptors beside it as SCM_RIGHTS. The init is
+// C (init.c), so the encoding is plain: a header (u32 op, u32 zero, u64 id),
+// then the op's fields as native-endian u32 and i64 values and strings
+// (u32 length, bytes, NUL). hutch_init.h holds the C side of every number
+// below. The init never trusts anything from inside the sandbox; the only
+// party on the other end of this socket is the supervisor that created it.
 
-// Message operations.
+// Message operations; must match hutch_init.h.
 const (
-	opSetup    = "setup"    // supervisor -> init: build the sandbox (Setup)
-	opReady    = "ready"    // init -> supervisor: sandbox built (Ready)
-	opFail     = "fail"     // init -> supervisor: setup failed (Error)
-	opSpawn    = "spawn"    // supervisor -> init: start a command (Spawn) + fds 0,1,2[,notify]
-	opStarted  = "started"  // init -> supervisor: command started (ID, Pid)
-	opSpawnErr = "spawnerr" // init -> supervisor: command could not start (ID, Code, Error)
-	opExit     = "exit"     // init -> supervisor: command ended (ID, Status)
-	opSignal   = "signal"   // supervisor -> init: signal a command's process group (ID, Signal)
+	opSetup    uint32 = 1 // supervisor -> init: build the sandbox + [BPF memfd]
+	opReady    uint32 = 2 // init -> supervisor: built (timings) + root fd [+ 3 proxy sockets]
+	opFail     uint32 = 3 // init -> supervisor: setup failed (Error)
+	opSpawn    uint32 = 4 // supervisor -> init: start a command (Spawn) + fds 0,1,2[,notify]
+	opStarted  uint32 = 5 // init -> supervisor: command started (Pid)
+	opSpawnErr uint32 = 6 // init -> supervisor: command could not start (Code, Error)
+	opExit     uint32 = 7 // init -> supervisor: command ended (Status, Code, Errno, Error)
+	opSignal   uint32 = 8 // supervisor -> init: signal a command's reaper (Signal)
+	opLandlock uint32 = 9 // supervisor -> init: + the Landlock ruleset fd
 )
 
-// maxMsg bounds one control message; setups with large plans stay far below.
+// Setup flags; must match hutch_init.h.
+const (
+	setupSeccomp = 1
+	setupProxy   = 2
+	setupTiming  = 4
+	spawnNotify  = 1
+)
+
+// stepKinds numbers the plan's step kinds for the C executor; must match
+// HUTCH_STEP_* in hutch_init.h.
+var stepKinds = map[mounts.Kind]uint32{
+	mounts.Bind: 1, mounts.Tmpfs: 2, mounts.Proc: 3, mounts.Devpts: 4, mounts.Sysfs: 5,
+	mounts.Mkdir: 6, mounts.File: 7, mounts.Symlink: 8, mounts.MaskFile: 9, mounts.MaskDir: 10,
+	mounts.ReadOnly: 11, mounts.Pin: 12, mounts.Seal: 13, mounts.Protect: 14,
+}
+
+// maxMsg bounds one control message; must match HUTCH_MAX_MSG.
 const maxMsg = 1 << 20
 
-// message is the envelope of every control packet.
+// message is the decoded form of every control packet; each op uses some
+// of the fields.
 type message struct {
-	Op     string  `json:"op"`
-	ID     uint64  `json:"id,omitempty"`
-	Pid    int     `json:"pid,omitempty"`
-	Status int     `json:"status,omitempty"` // raw wait status
-	Signal int     `json:"signal,omitempty"`
-	Code   int     `json:"code,omitempty"` // exit code hutch should report (spawnerr)
-	Error  string  `json:"error,omitempty"`
-	Setup  *Setup  `json:"setup,omitempty"`
-	Spawn  *Spawn  `json:"spawn,omitempty"`
-	Ready  *Ready  `json:"ready,omitempty"`
-	Timing []Stage `json:"timing,omitempty"`
+	Op     uint32
+	ID     uint64
+	Pid    int
+	Status int // raw wait status
+	Signal int
+	Code   int // exit code hutch should report (spawnerr, exit)
+	Errno  int // with Code, the errno of the failed step
+	Error  string
+	Setup  *Setup
+	Spawn  *Spawn
+	Timing []Stage
 }
 
 // Stage is one named, timed step, reported under --debug.
 type Stage struct {
 	Name string `json:"name"`
 	Usec int64  `json:"usec"`
+}
+
+// enc builds one message.
+type enc struct {
+	b   []byte
+	err error
+}
+
+func (e *enc) u32(v uint32) { e.b = binary.NativeEndian.AppendUint32(e.b, v) }
+func (e *enc) i64(v int64)  { e.b = binary.NativeEndian.AppendUint64(e.b, uint64(v)) }
+func (e *enc) str(what, s string) {
+	if strings.IndexByte(s, 0) >= 0 && e.err == nil {
+		e.err = fmt.Errorf("%s contains a NUL byte", what)
+	}
+	e.u32(uint32(len(s)))
+	e.b = append(e.b, s...)
+	e.b = append(e.b, 0)
+}
+func (e *enc) strs(what string, ss []string) {
+	e.u32(uint32(len(ss)))
+	for _, s := range ss {
+		e.str(what, s)
+	}
+}
+
+// dec reads one message's fields; a short or malformed field sets bad.
+type dec struct {
+	b   []byte
+	bad bool
+}
+
+func (d *dec) u32() uint32 {
+	if len(d.b) < 4 {
+		d.bad = true
+		return 0
+	}
+	v := binary.NativeEndian.Uint32(d.b)
+	d.b = d.b[4:]
+	return v
+}
+
+func (d *dec) i64() int64 {
+	if len(d.b) < 8 {
+		d.bad = true
+		return 0
+	}
+	v := binary.NativeEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return int64(v)
+}
+
+func (d *dec) str() string {
+	n := int(d.u32())
+	if d.bad || len(d.b) < n+1 {
+		d.bad = true
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n+1:]
+	return s
+}
+
+func (m *message) encode() ([]byte, error) {
+	e := &enc{b: make([]byte, 0, 256)}
+	e.u32(m.Op)
+	e.u32(0)
+	e.i64(int64(m.ID))
+	switch m.Op {
+	case opSetup:
+		encodeSetup(e, m.Setup)
+	case opSpawn:
+		sp := m.Spawn
+		var fl uint32
+		if sp.Notify {
+			fl |= spawnNotify
+		}
+		e.u32(fl)
+		e.str("working directory", sp.Cwd)
+		e.strs("command argument", sp.Argv)
+		e.strs("environment variable", sp.Env)
+	case opSignal:
+		e.i64(int64(m.Signal))
+	case opLandlock:
+	default:
+		return nil, fmt.Errorf("encode: op %d is not sent by the supervisor", m.Op)
+	}
+	if e.err != nil {
+		return nil, e.err
+	}
+	if len(e.b) > maxMsg {
+		return nil, fmt.Errorf("%d bytes exceeds the %d-byte limit", len(e.b), maxMsg)
+	}
+	return e.b, nil
+}
+
+func encodeSetup(e *enc, s *Setup) {
+	var fl uint32
+	if s.Seccomp {
+		fl |= setupSeccomp
+	}
+	if s.Proxy {
+		fl |= setupProxy
+	}
+	if s.Timing {
+		fl |= setupTiming
+	}
+	e.u32(fl)
+	e.str("hostname", s.Hostname)
+	e.str("resource limits", formatRlimits(s.Rlimits))
+	e.i64(int64(s.UID))
+	e.i64(int64(s.GID))
+	p := s.Plan
+	if p == nil {
+		p = &mounts.Plan{}
+	}
+	stage := p.Stage
+	if stage == "" {
+		stage = "/tmp"
+	}
+	e.i64(p.RootSize)
+	e.str("staging directory", stage)
+	e.u32(uint32(len(p.Steps)))
+	for _, st := range p.Steps {
+		kind, ok := stepKinds[st.Kind]
+		if !ok && e.err == nil {
+			e.err = fmt.Errorf("mount plan: unknown step kind %q", st.Kind)
+		}
+		var sf uint32
+		if st.ReadOnly {
+			sf |= 1
+		}
+		if st.Optional {
+			sf |= 2
+		}
+		if st.NoSymlinks {
+			sf |= 4
+		}
+		target := filepath.Clean("/" + st.Target)
+		e.u32(kind)
+		e.u32(sf)
+		e.u32(st.Mode)
+		e.i64(st.Size)
+		e.str("mount step", string(st.Kind))
+		e.str("mount source", st.Source)
+		e.str("mount target", target)
+		e.str("mount target", filepath.Join(stage, target))
+		e.str("mount data", st.Data)
+		e.str("mount step", st.Why)
+	}
+}
+
+func decode(b []byte) (*message, error) {
+	d := &dec{b: b}
+	m := &message{Op: d.u32()}
+	d.u32()
+	m.ID = uint64(d.i64())
+	switch m.Op {
+	case opReady:
+		n := int(d.u32())
+		for i := 0; i < n && !d.bad; i++ {
+			m.Timing = append(m.Timing, Stage{Name: d.str(), Usec: d.i64()})
+		}
+	case opFail:
+		m.Error = d.str()
+	case opStarted:
+		m.Pid = int(d.i64())
+	case opSpawnErr, opExit:
+		m.Status = int(d.i64())
+		m.Code = int(d.i64())
+		m.Errno = int(d.i64())
+		m.Error = d.str()
+	default:
+		return nil, fmt.Errorf("decode control message: unknown op %d", m.Op)
+	}
+	if d.bad {
+		return nil, fmt.Errorf("decode control message: op %d is malformed", m.Op)
+	}
+	return m, nil
 }
 
 // conn is one end of the control socket.
@@ -61,12 +264,9 @@ func newConn(f *os.File) *conn { return &conn{f: f, fd: int(f.Fd())} }
 
 // send writes one message with optional file descriptors.
 func (c *conn) send(m *message, fds ...int) error {
-	b, err := json.Marshal(m)
+	b, err := m.encode()
 	if err != nil {
-		return fmt.Errorf("encode %s message: %w", m.Op, err)
-	}
-	if len(b) > maxMsg {
-		return fmt.Errorf("encode %s message: %d bytes exceeds the %d-byte limit", m.Op, len(b), maxMsg)
+		return fmt.Errorf("encode control message %d: %w", m.Op, err)
 	}
 	var oob []byte
 	if len(fds) > 0 {
@@ -79,13 +279,13 @@ func (c *conn) send(m *message, fds ...int) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("send %s message: %w", m.Op, err)
+		return fmt.Errorf("send control message %d: %w", m.Op, err)
 	}
 	return nil
 }
 
 // recv reads one message and the descriptors that came with it. The caller
-// owns the returned descriptors. io.EOF means the peer closed the socket.
+// owns the returned descriptors. errEOF means the peer closed the socket.
 func (c *conn) recv() (*message, []int, error) {
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
@@ -119,19 +319,19 @@ func (c *conn) recv() (*message, []int, error) {
 		closeAll(fds)
 		return nil, nil, errEOF
 	}
-	m := new(message)
-	if err := json.Unmarshal(buf[:n], m); err != nil {
+	m, err := decode(buf[:n])
+	if err != nil {
 		closeAll(fds)
-		return nil, nil, fmt.Errorf("decode control message: %w", err)
+		return nil, nil, err
 	}
 	return m, fds, nil
 }
 
 var errEOF = errors.New("control socket closed")
 
-// bufPool recycles receive buffers: a message may be up to maxMsg long,
-// but allocating that for every message is most of a session's garbage.
-var bufPool = sync.Pool{New: func() any { b := make([]byte, maxMsg); return &b }}
+// bufPool recycles receive buffers. Messages from the init are small (the
+// largest is an exit report with a message), so 64 KiB is plenty.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 func closeAll(fds []int) {
 	for _, fd := range fds {

@@ -1,20 +1,25 @@
 // Package nsjail owns the sandbox's namespace lifecycle: the supervisor
-// (host side), the init (pid 1 inside) and the exec stage (C, per command).
+// (host side, Go), the init (pid 1 inside, C) and the exec stage (C, per
+// command).
 //
 // Process model:
 //
 //	supervisor (hutch, host, unprivileged)
 //	  └─ init: /proc/self/exe as "hutch:init" in new user, mount, pid, net,
-//	     ipc, uts and cgroup namespaces; host uid mapped to 0; builds the
-//	     root, pivots, then serves spawn requests and reaps every process
-//	       └─ exec stage: /proc/self/exe as "hutch:exec" in a nested user
-//	          namespace mapping the sandbox uid (1000) to the init's 0; a C
-//	          constructor drops capabilities, sets no_new_privs, applies
-//	          Landlock and seccomp and execs the command
+//	     ipc, uts and cgroup namespaces; host uid mapped to 0; a C
+//	     constructor (init.c) takes over before the Go runtime starts,
+//	     builds the root (mounts.c), pivots, then serves spawn requests and
+//	     reaps every process
+//	       └─ exec stage: a fork of the init that enters a nested user
+//	          namespace mapping the sandbox uid (1000) to the init's 0,
+//	          drops capabilities, sets no_new_privs, applies Landlock and
+//	          seccomp (execstage.c) and stays as the command's reaper
 //	            └─ the command (uid 1000, no capabilities, own session)
 //
-// One init can run many commands (sessions), and the supervisor talks to
-// it over a private socketpair that nothing inside the sandbox can reach.
+// The supervisor builds the Landlock ruleset beneath the new root, which the
+// init hands over once before any sandboxed code runs. One init can run many
+// commands (sessions), and the supervisor talks to it over a private
+// socketpair that nothing inside the sandbox can reach.
 package nsjail
 
 import (
@@ -28,8 +33,11 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hutchsandbox/hutch/landlock"
 )
 
 // Config configures one sandbox.
@@ -139,10 +147,9 @@ func Start(ctx context.Context, cfg *Config) (*Sandbox, error) {
 	child := os.NewFile(uintptr(pair[1]), "control-init")
 
 	cmd := &exec.Cmd{
-		Path: exe,
-		Args: []string{initMagic},
-		// A fixed, small number of threads: they count against pids.max.
-		Env:        []string{"GOMAXPROCS=2"},
+		Path:       exe,
+		Args:       []string{initMagic},
+		Env:        []string{},
 		ExtraFiles: []*os.File{child},
 		Stderr:     cfg.Stderr,
 		SysProcAttr: &syscall.SysProcAttr{
@@ -167,6 +174,8 @@ func Start(ctx context.Context, cfg *Config) (*Sandbox, error) {
 	// The parent-death signal fires when the thread that forked the init
 	// exits, so that thread stays locked and alive for the sandbox's life.
 	startErr := make(chan error, 1)
+	var forked unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &forked)
 	go func() {
 		runtime.LockOSThread()
 		if err := cmd.Start(); err != nil {
@@ -229,31 +238,90 @@ func Start(ctx context.Context, cfg *Config) (*Sandbox, error) {
 		s.kill()
 		return nil, &SetupError{"build the sandbox", fmt.Errorf("the sandbox init exited during setup (%v)", r.err)}
 	}
-	if r.m.Op != opReady || !cfg.Setup.Proxy || len(r.fds) != 3 {
-		closeAll(r.fds)
-		r.fds = nil
-	}
 	switch r.m.Op {
 	case opReady:
-		if cfg.Setup.Proxy && r.fds == nil {
-			s.kill()
-			return nil, &SetupError{"build the sandbox", errors.New("the init did not hand over the egress proxy's sockets")}
-		}
-		for i, name := range []string{"proxy-http", "proxy-socks5", "dns"} {
-			if r.fds != nil {
-				s.ProxyFiles = append(s.ProxyFiles, os.NewFile(uintptr(r.fds[i]), name))
-			}
-		}
-		s.Ready, s.Timing = r.m.Ready, r.m.Timing
 	case opFail:
+		closeAll(r.fds)
 		s.kill()
 		return nil, &SetupError{"build the sandbox", errors.New(r.m.Error)}
 	default:
+		closeAll(r.fds)
 		s.kill()
-		return nil, &SetupError{"build the sandbox", fmt.Errorf("unexpected %q from init", r.m.Op)}
+		return nil, &SetupError{"build the sandbox", fmt.Errorf("unexpected message %d from init", r.m.Op)}
+	}
+	want := 1
+	if cfg.Setup.Proxy {
+		want = 4
+	}
+	if len(r.fds) != want {
+		closeAll(r.fds)
+		s.kill()
+		return nil, &SetupError{"build the sandbox", fmt.Errorf("the init handed over %d descriptors, not %d (root and egress proxy sockets)", len(r.fds), want)}
+	}
+	for _, st := range r.m.Timing {
+		if st.Name == "@entered" {
+			// An absolute CLOCK_MONOTONIC reading, shared across namespaces.
+			st = Stage{Name: "init.exec", Usec: st.Usec - forked.Nano()/1000}
+		}
+		s.Timing = append(s.Timing, st)
+	}
+	for i, name := range []string{"proxy-http", "proxy-socks5", "dns"} {
+		if cfg.Setup.Proxy {
+			s.ProxyFiles = append(s.ProxyFiles, os.NewFile(uintptr(r.fds[1+i]), name))
+		}
+	}
+	s.Ready = &Ready{}
+	err = s.landlock(cfg.Setup.Landlock, r.fds[0])
+	unix.Close(r.fds[0])
+	if err != nil {
+		for _, f := range s.ProxyFiles {
+			f.Close()
+		}
+		s.kill()
+		return nil, &SetupError{"build the sandbox", err}
 	}
 	go s.dispatch()
 	return s, nil
+}
+
+// landlock builds the Landlock ruleset beneath root, the sandbox's new
+// root as the init sees it (no sandboxed code has run yet), records what
+// this kernel enforces, and hands the ruleset to the init, which gives it
+// to every command's exec stage.
+func (s *Sandbox) landlock(spec *LandlockSpec, root int) error {
+	if spec == nil {
+		return nil
+	}
+	t0 := time.Now()
+	rules := landlock.Rules{
+		ReadExec:          spec.ReadExec,
+		ReadOnly:          spec.ReadOnly,
+		ListOnly:          spec.ListOnly,
+		ReadWrite:         spec.ReadWrite,
+		ReadWriteFiles:    spec.ReadWriteFiles,
+		ConnectTCP:        spec.ConnectTCP,
+		BindTCP:           spec.BindTCP,
+		ScopeAbstractUnix: spec.ScopeAbstractUnix,
+		ScopeSignal:       spec.ScopeSignal,
+	}
+	fd, rep, err := landlock.BuildBeneath(root, rules, spec.Strict)
+	s.Ready.LandlockABI = rep.ABI
+	s.Ready.LandlockEnforced = rep.Enforced
+	s.Ready.LandlockNotEnforced = rep.NotEnforced
+	if err != nil {
+		return fmt.Errorf("landlock (enforcement = \"strict\"): %w", err)
+	}
+	if fd < 0 {
+		return nil
+	}
+	defer unix.Close(fd)
+	if err := s.ctrl.send(&message{Op: opLandlock}, fd); err != nil {
+		return fmt.Errorf("hand the Landlock ruleset to the init: %w", err)
+	}
+	if s.Timing != nil {
+		s.Timing = append(s.Timing, Stage{Name: "supervisor.landlock", Usec: time.Since(t0).Microseconds()})
+	}
+	return nil
 }
 
 func bpfMemfd(prog []byte) (*os.File, error) {
@@ -297,7 +365,10 @@ func (s *Sandbox) dispatch() {
 			p.exit = ExitInfo{ExecCode: m.Code, ExecError: m.Error}
 			p.finish()
 		case opExit:
-			p.exit = ExitInfo{Status: unix.WaitStatus(m.Status), ExecCode: m.Code, ExecError: m.Error}
+			p.exit = ExitInfo{Status: unix.WaitStatus(m.Status), ExecCode: m.Code}
+			if m.Code != 0 {
+				p.exit.ExecError = fmt.Sprintf("%s: %s", m.Error, syscall.Errno(m.Errno).Error())
+			}
 			p.finish()
 		}
 	}

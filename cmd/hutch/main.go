@@ -23,7 +23,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/hutchsandbox/hutch"
-	"github.com/hutchsandbox/hutch/nsjail"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seccompprofiles"
 	"github.com/hutchsandbox/hutch/seclog"
@@ -33,10 +32,6 @@ import (
 var version = "dev"
 
 func main() {
-	if nsjail.IsInit() {
-		nsjail.InitMain()
-		return
-	}
 	os.Exit(run(os.Args))
 }
 

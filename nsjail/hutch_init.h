@@ -1,0 +1,118 @@
+// Shared declarations of hutch's C stages (see init.c, mounts.c,
+// execstage.c). These run in the re-executed hutch binary before the Go
+// runtime starts, so a sandbox costs one Go runtime (the supervisor's) and
+// a command costs a fork in C.
+#ifndef HUTCH_INIT_H
+#define HUTCH_INIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// argv[0] of the init stage; must match initMagic in init.go.
+#define HUTCH_INIT_MAGIC "hutch:init"
+
+// The init's end of the control socket (SOCK_SEQPACKET).
+#define HUTCH_FD_CONTROL 3
+
+// Largest control message; must match maxMsg in proto.go.
+#define HUTCH_MAX_MSG (1 << 20)
+
+// Message operations; must match proto.go.
+enum {
+	HUTCH_OP_SETUP = 1,    // supervisor -> init: build the sandbox (+ BPF memfd)
+	HUTCH_OP_READY = 2,    // init -> supervisor: built (+ root fd, proxy sockets)
+	HUTCH_OP_FAIL = 3,     // init -> supervisor: setup failed
+	HUTCH_OP_SPAWN = 4,    // supervisor -> init: start a command (+ fds 0,1,2[,notify])
+	HUTCH_OP_STARTED = 5,  // init -> supervisor: command started (pid)
+	HUTCH_OP_SPAWNERR = 6, // init -> supervisor: command could not start
+	HUTCH_OP_EXIT = 7,     // init -> supervisor: command ended
+	HUTCH_OP_SIGNAL = 8,   // supervisor -> init: signal a command's reaper
+	HUTCH_OP_LANDLOCK = 9, // supervisor -> init: the Landlock ruleset (+ fd)
+};
+
+// Setup flags; must match proto.go.
+enum {
+	HUTCH_SETUP_SECCOMP = 1,
+	HUTCH_SETUP_PROXY = 2,
+	HUTCH_SETUP_TIMING = 4,
+};
+
+// Spawn flags.
+enum { HUTCH_SPAWN_NOTIFY = 1 };
+
+// Mount plan step kinds; must match stepKinds in proto.go.
+enum {
+	HUTCH_STEP_BIND = 1,
+	HUTCH_STEP_TMPFS,
+	HUTCH_STEP_PROC,
+	HUTCH_STEP_DEVPTS,
+	HUTCH_STEP_SYSFS,
+	HUTCH_STEP_MKDIR,
+	HUTCH_STEP_FILE,
+	HUTCH_STEP_SYMLINK,
+	HUTCH_STEP_MASK_FILE,
+	HUTCH_STEP_MASK_DIR,
+	HUTCH_STEP_RO,
+	HUTCH_STEP_PIN,
+	HUTCH_STEP_SEAL,
+	HUTCH_STEP_PROTECT,
+};
+
+// Step flags.
+enum {
+	HUTCH_STEPF_RO = 1,
+	HUTCH_STEPF_OPTIONAL = 2,
+	HUTCH_STEPF_NOSYM = 4,
+};
+
+// rd reads the fields of one message: native-endian u32 and i64, strings as
+// a u32 length, the bytes and a NUL. Any short or malformed field sets bad.
+struct hutch_rd {
+	const unsigned char *p;
+	size_t n;
+	int bad;
+};
+uint32_t hutch_rd_u32(struct hutch_rd *r);
+int64_t hutch_rd_i64(struct hutch_rd *r);
+const char *hutch_rd_str(struct hutch_rd *r);
+
+// One step of the mount plan, as the supervisor computed it.
+struct hutch_step {
+	uint32_t kind, flags, mode;
+	int64_t size;
+	const char *name;   // the kind's name, for messages
+	const char *source; // host path (bind)
+	const char *target; // path inside the sandbox, cleaned and absolute
+	const char *staged; // the same beneath the staging directory
+	const char *data;   // file contents or symlink target
+	const char *why;    // what the step is for
+};
+
+struct hutch_plan {
+	int64_t root_size;
+	const char *stage;
+	uint32_t nsteps;
+	struct hutch_step *steps;
+};
+
+// Timing callback of the mount executor.
+typedef void (*hutch_mark_fn)(const char *name, long usec);
+
+// hutch_mounts_execute builds the plan's root and pivots into it. On
+// failure it returns -1 with a message in err.
+int hutch_mounts_execute(const struct hutch_plan *p, hutch_mark_fn mark, char *err, size_t errlen);
+
+// hutch_strerror is strerror with a lower-case first letter, as Go spells
+// errno values, so messages read the same whichever side made them.
+const char *hutch_strerror(int e, char *buf, size_t len);
+
+// hutch_exec_command applies the per-command restrictions to the calling
+// process (a fresh child of the init in its own nested user namespace,
+// with the descriptors of execstage.c in place) and runs argv as the
+// command's reaper. It never returns.
+void hutch_exec_command(int notify, const char *rlimits, const char *cwd, char **argv) __attribute__((noreturn));
+
+// hutch_now_usec is CLOCK_MONOTONIC in microseconds.
+long hutch_now_usec(void);
+
+#endif

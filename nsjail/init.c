@@ -1,0 +1,667 @@
+// The sandbox init, in C. The supervisor starts /proc/self/exe with
+// argv[0] == HUTCH_INIT_MAGIC in new user, mount, pid, net, ipc, uts and
+// cgroup namespaces; this constructor takes over before the Go runtime
+// starts and never returns to Go. It is pid 1 of the sandbox and root of its
+// user namespace (mapped to the invoking host user):
+//
+//  1. receive the setup (hostname, mount plan, seccomp program, rlimits);
+//  2. set the hostname, bring up lo, build the root (mounts.c) and pivot;
+//  3. make the egress proxy's sockets inside the network namespace;
+//  4. send Ready with an O_PATH descriptor of the new root (the supervisor
+//     builds the Landlock ruleset beneath it and sends the ruleset back)
+//     and the proxy sockets;
+//  5. serve: start commands on request (fork, nested user namespace,
+//     execstage.c), relay signals to them, reap every process and report
+//     the commands' ends.
+//
+// It exits when the supervisor closes the control socket; the kernel then
+// kills everything left in the pid namespace. Nothing from inside the
+// sandbox is trusted: the only peer of the control socket is the
+// supervisor, and pid 1 ignores every catchable signal and is not
+// dumpable, so sandboxed code can neither stop nor inspect it.
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hutch_init.h"
+
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+
+// ---- wire format ---------------------------------------------------------
+
+uint32_t hutch_rd_u32(struct hutch_rd *r) {
+	uint32_t v = 0;
+	if (r->bad || r->n < 4) {
+		r->bad = 1;
+		return 0;
+	}
+	memcpy(&v, r->p, 4);
+	r->p += 4;
+	r->n -= 4;
+	return v;
+}
+
+int64_t hutch_rd_i64(struct hutch_rd *r) {
+	int64_t v = 0;
+	if (r->bad || r->n < 8) {
+		r->bad = 1;
+		return 0;
+	}
+	memcpy(&v, r->p, 8);
+	r->p += 8;
+	r->n -= 8;
+	return v;
+}
+
+const char *hutch_rd_str(struct hutch_rd *r) {
+	uint32_t len = hutch_rd_u32(r);
+	if (r->bad || r->n < (size_t)len + 1 || r->p[len] != 0 || memchr(r->p, 0, len) != NULL) {
+		r->bad = 1;
+		return "";
+	}
+	const char *s = (const char *)r->p;
+	r->p += (size_t)len + 1;
+	r->n -= (size_t)len + 1;
+	return s;
+}
+
+// wr builds one outgoing message.
+struct wr {
+	unsigned char b[65536];
+	size_t n;
+};
+
+static void wr_bytes(struct wr *w, const void *p, size_t n) {
+	if (w->n + n > sizeof w->b)
+		n = sizeof w->b - w->n; // truncated; messages out of the init are small
+	memcpy(w->b + w->n, p, n);
+	w->n += n;
+}
+static void wr_u32(struct wr *w, uint32_t v) { wr_bytes(w, &v, 4); }
+static void wr_i64(struct wr *w, int64_t v) { wr_bytes(w, &v, 8); }
+static void wr_str(struct wr *w, const char *s) {
+	size_t len = strlen(s);
+	if (len > 16384)
+		len = 16384;
+	wr_u32(w, (uint32_t)len);
+	wr_bytes(w, s, len);
+	wr_bytes(w, "", 1);
+}
+static void wr_head(struct wr *w, uint32_t op, uint64_t id) {
+	w->n = 0;
+	wr_u32(w, op);
+	wr_u32(w, 0);
+	wr_bytes(w, &id, 8);
+}
+
+static int send_msg(struct wr *w, const int *fds, int nfds) {
+	struct iovec iov = {w->b, w->n};
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 8)];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = {0};
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	if (nfds > 0) {
+		memset(&u, 0, sizeof u);
+		msg.msg_control = u.buf;
+		msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+	}
+	for (;;) {
+		if (sendmsg(HUTCH_FD_CONTROL, &msg, MSG_NOSIGNAL) >= 0)
+			return 0;
+		if (errno != EINTR)
+			return -1;
+	}
+}
+
+// recv_msg reads one message and up to 8 descriptors. Returns the length,
+// 0 when the supervisor closed the socket, -1 on error.
+static ssize_t recv_msg(unsigned char *buf, size_t len, int *fds, int *nfds) {
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 8)];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = {buf, len};
+	struct msghdr msg = {0};
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	msg.msg_control = u.buf;
+	msg.msg_controllen = sizeof u.buf;
+	ssize_t n;
+	do {
+		n = recvmsg(HUTCH_FD_CONTROL, &msg, MSG_CMSG_CLOEXEC);
+	} while (n < 0 && errno == EINTR);
+	*nfds = 0;
+	if (n < 0)
+		return -1;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		for (int i = 0; i < k; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(cm) + sizeof(int) * (size_t)i, sizeof fd);
+			if (*nfds < 8)
+				fds[(*nfds)++] = fd;
+			else
+				close(fd);
+		}
+	}
+	if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+		for (int i = 0; i < *nfds; i++)
+			close(fds[i]);
+		*nfds = 0;
+		errno = EMSGSIZE;
+		return -1;
+	}
+	return n;
+}
+
+static void close_fds(const int *fds, int n) {
+	for (int i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
+// ---- helpers -------------------------------------------------------------
+
+const char *hutch_strerror(int e, char *buf, size_t len) {
+	snprintf(buf, len, "%s", strerror(e));
+	if (buf[0] >= 'A' && buf[0] <= 'Z' && !(buf[1] >= 'A' && buf[1] <= 'Z'))
+		buf[0] = (char)(buf[0] - 'A' + 'a');
+	return buf;
+}
+
+long hutch_now_usec(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long)ts.tv_sec * 1000000L + ts.tv_nsec / 1000;
+}
+
+// The init's state. One sandbox, one init, one thread: plain statics.
+static struct {
+	int timing;
+	const char *rlimits;
+	int bpf_fd, ll_fd;
+	struct wr out;
+	// timings, reported with Ready
+	struct {
+		const char *name;
+		long usec;
+	} marks[16];
+	int nmarks;
+} in = {.bpf_fd = -1, .ll_fd = -1};
+
+static void mark(const char *name, long usec) {
+	if (in.timing && in.nmarks < 16) {
+		in.marks[in.nmarks].name = name;
+		in.marks[in.nmarks].usec = usec;
+		in.nmarks++;
+	}
+}
+
+__attribute__((noreturn, format(printf, 1, 2))) static void setup_fail(const char *fmt, ...) {
+	char msg[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	wr_head(&in.out, HUTCH_OP_FAIL, 0);
+	wr_str(&in.out, msg);
+	send_msg(&in.out, NULL, 0);
+	_exit(1);
+}
+
+static void loopback_up(void) {
+	char eb[128];
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		setup_fail("bring up loopback: socket: %s", hutch_strerror(errno, eb, sizeof eb));
+	struct ifreq ifr;
+	memset(&ifr, 0, sizeof ifr);
+	strcpy(ifr.ifr_name, "lo");
+	if (ioctl(fd, SIOCGIFFLAGS, &ifr) < 0)
+		setup_fail("bring up loopback: get flags: %s", hutch_strerror(errno, eb, sizeof eb));
+	ifr.ifr_flags |= IFF_UP;
+	if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0)
+		setup_fail("bring up loopback: set flags: %s", hutch_strerror(errno, eb, sizeof eb));
+	close(fd);
+}
+
+// proxy_socket makes one of the egress proxy's sockets on 127.0.0.1 inside
+// the sandbox's network namespace. The supervisor serves it from the host
+// side: a socket keeps the namespace it was made in.
+static int proxy_socket(int type, int port, const char *what) {
+	char eb[128];
+	int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		setup_fail("%s socket: %s", what, hutch_strerror(errno, eb, sizeof eb));
+	int one = 1;
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0)
+		setup_fail("%s socket: %s", what, hutch_strerror(errno, eb, sizeof eb));
+	struct sockaddr_in sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t)port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0)
+		setup_fail("%s socket: bind 127.0.0.1:%d: %s", what, port, hutch_strerror(errno, eb, sizeof eb));
+	if (type == SOCK_STREAM && listen(fd, 128) < 0)
+		setup_fail("%s socket: listen: %s", what, hutch_strerror(errno, eb, sizeof eb));
+	return fd;
+}
+
+// Loopback ports of the proxy; must match ProxyHTTPPort etc. in types.go.
+#define HUTCH_PORT_HTTP 3128
+#define HUTCH_PORT_SOCKS 1080
+#define HUTCH_PORT_DNS 53
+
+// ---- commands ------------------------------------------------------------
+
+struct proc {
+	uint64_t id;
+	pid_t pid;
+	int status_fd; // read end of the command's status pipe
+};
+static struct proc *procs;
+static size_t nprocs, capprocs;
+
+static void spawn_error(uint64_t id, int code, const char *what) {
+	wr_head(&in.out, HUTCH_OP_SPAWNERR, id);
+	wr_i64(&in.out, 0);
+	wr_i64(&in.out, code);
+	wr_i64(&in.out, 0);
+	wr_str(&in.out, what);
+	send_msg(&in.out, NULL, 0);
+}
+
+// child_fail reports a failure of the child's own set-up on the status
+// pipe (now fd 3) and exits.
+__attribute__((noreturn)) static void child_fail(int err, const char *what) {
+	char buf[512];
+	int n = snprintf(buf, sizeof buf, "125 %d %s", err, what);
+	if (n > 0) {
+		ssize_t w = write(3, buf, (size_t)n);
+		(void)w;
+	}
+	_exit(125);
+}
+
+static void write_file(const char *path, const char *data, const char *what) {
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		child_fail(errno, what);
+	size_t len = strlen(data);
+	if (write(fd, data, len) != (ssize_t)len)
+		child_fail(errno, what);
+	close(fd);
+}
+
+// child runs in the forked child: it places the descriptors of
+// execstage.c, enters a nested user namespace that maps uid and gid to the
+// init's 0 (the invoking host user) and hands over to the exec stage.
+__attribute__((noreturn)) static void child(int uid, int gid, const int src[7], int notify, const char *cwd,
+                                            char **argv, char **envp) {
+	int tmp[7];
+	for (int i = 0; i < 7; i++)
+		tmp[i] = src[i] >= 0 ? fcntl(src[i], F_DUPFD_CLOEXEC, 16) : -1;
+	for (int i = 0; i < 7; i++) {
+		if (tmp[i] >= 0)
+			dup2(tmp[i], i);
+		else
+			close(i);
+	}
+	if (syscall(SYS_close_range, 7, ~0U, 0) < 0) {
+		for (int fd = 7; fd < 1024; fd++)
+			close(fd);
+	}
+	setsid();
+	if (unshare(CLONE_NEWUSER) < 0)
+		child_fail(errno, "create the command's user namespace");
+	char map[64];
+	write_file("/proc/self/setgroups", "deny", "deny setgroups in the command's user namespace");
+	snprintf(map, sizeof map, "%d 0 1", uid);
+	write_file("/proc/self/uid_map", map, "map the command's uid");
+	snprintf(map, sizeof map, "%d 0 1", gid);
+	write_file("/proc/self/gid_map", map, "map the command's gid");
+	environ = envp;
+	hutch_exec_command(notify, in.rlimits, cwd, argv);
+}
+
+static int sandbox_uid, sandbox_gid;
+
+static void do_spawn(uint64_t id, struct hutch_rd *r, int *fds, int nfds) {
+	uint32_t flags = hutch_rd_u32(r);
+	const char *cwd = hutch_rd_str(r);
+	uint32_t argc = hutch_rd_u32(r);
+	char **argv = NULL, **envp = NULL;
+	int notify = (flags & HUTCH_SPAWN_NOTIFY) != 0;
+	if (r->bad || argc == 0 || argc > 65536 || nfds < 3 + notify) {
+		spawn_error(id, 125, "malformed spawn request");
+		goto out;
+	}
+	argv = calloc((size_t)argc + 1, sizeof *argv);
+	for (uint32_t i = 0; argv && i < argc; i++)
+		argv[i] = (char *)hutch_rd_str(r);
+	uint32_t envc = hutch_rd_u32(r);
+	if (!argv || r->bad || envc > 65536) {
+		spawn_error(id, 125, "malformed spawn request");
+		goto out;
+	}
+	envp = calloc((size_t)envc + 1, sizeof *envp);
+	for (uint32_t i = 0; envp && i < envc; i++)
+		envp[i] = (char *)hutch_rd_str(r);
+	if (!envp || r->bad) {
+		spawn_error(id, 125, "malformed spawn request");
+		goto out;
+	}
+	int pr[2];
+	if (pipe2(pr, O_CLOEXEC) < 0) {
+		spawn_error(id, 125, "create status pipe");
+		goto out;
+	}
+	if (nprocs == capprocs) {
+		size_t nc = capprocs ? capprocs * 2 : 16;
+		struct proc *np = realloc(procs, nc * sizeof *np);
+		if (!np) {
+			close(pr[0]);
+			close(pr[1]);
+			spawn_error(id, 125, "out of memory");
+			goto out;
+		}
+		procs = np;
+		capprocs = nc;
+	}
+	int src[7] = {fds[0], fds[1], fds[2], pr[1], in.ll_fd, in.bpf_fd, notify ? fds[3] : -1};
+	if (in.bpf_fd < 0)
+		notify = 0;
+	pid_t pid = fork();
+	if (pid == 0)
+		child(sandbox_uid, sandbox_gid, src, notify, cwd, argv, envp);
+	close(pr[1]);
+	if (pid < 0) {
+		char eb[128], msg[256];
+		close(pr[0]);
+		snprintf(msg, sizeof msg, "start the command: fork: %s", hutch_strerror(errno, eb, sizeof eb));
+		spawn_error(id, 125, msg);
+		goto out;
+	}
+	fcntl(pr[0], F_SETFL, O_NONBLOCK);
+	procs[nprocs].id = id;
+	procs[nprocs].pid = pid;
+	procs[nprocs].status_fd = pr[0];
+	nprocs++;
+	wr_head(&in.out, HUTCH_OP_STARTED, id);
+	wr_i64(&in.out, pid);
+	send_msg(&in.out, NULL, 0);
+out:
+	free(argv);
+	free(envp);
+	close_fds(fds, nfds);
+}
+
+// report_exit sends a command's end with what its status pipe says: empty
+// when the command was executed, "CODE ERRNO what" when it was not.
+static void report_exit(const struct proc *p, int status) {
+	char buf[1024];
+	ssize_t n = read(p->status_fd, buf, sizeof buf - 1);
+	close(p->status_fd);
+	int64_t code = 0, eno = 0;
+	const char *what = "";
+	if (n > 0) {
+		buf[n] = 0;
+		char *end;
+		code = strtol(buf, &end, 10);
+		eno = strtol(end, &end, 10);
+		what = *end == ' ' ? end + 1 : end;
+		if (code == 0)
+			code = 125;
+	}
+	wr_head(&in.out, HUTCH_OP_EXIT, p->id);
+	wr_i64(&in.out, status);
+	wr_i64(&in.out, code);
+	wr_i64(&in.out, eno);
+	wr_str(&in.out, what);
+	send_msg(&in.out, NULL, 0);
+}
+
+// reap collects every child of pid 1, reporting the commands it started.
+static void reap(void) {
+	for (;;) {
+		int st;
+		pid_t pid = waitpid(-1, &st, WNOHANG);
+		if (pid < 0 && errno == EINTR)
+			continue;
+		if (pid <= 0)
+			return;
+		for (size_t i = 0; i < nprocs; i++) {
+			if (procs[i].pid == pid) {
+				struct proc p = procs[i];
+				procs[i] = procs[--nprocs];
+				report_exit(&p, st);
+				break;
+			}
+		}
+	}
+}
+
+static void do_signal(uint64_t id, struct hutch_rd *r) {
+	int64_t sig = hutch_rd_i64(r);
+	if (r->bad || sig <= 0 || sig > 64)
+		return;
+	// The pid is the command's reaper: it relays the signal to the
+	// command's process group, or, for HUTCH_SIG_TERMINATE, kills the
+	// command and everything it started.
+	for (size_t i = 0; i < nprocs; i++)
+		if (procs[i].id == id)
+			kill(procs[i].pid, (int)sig);
+}
+
+__attribute__((noreturn)) static void serve(unsigned char *buf) {
+	sigset_t chld;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sfd < 0)
+		_exit(1);
+	struct pollfd pfd[2] = {{HUTCH_FD_CONTROL, POLLIN, 0}, {sfd, POLLIN, 0}};
+	for (;;) {
+		if (poll(pfd, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			_exit(1);
+		}
+		if (pfd[1].revents) {
+			struct signalfd_siginfo si;
+			while (read(sfd, &si, sizeof si) > 0)
+				;
+			reap();
+		}
+		if (!pfd[0].revents)
+			continue;
+		int fds[8], nfds;
+		ssize_t n = recv_msg(buf, HUTCH_MAX_MSG, fds, &nfds);
+		if (n == 0 || (n < 0 && errno != EMSGSIZE))
+			_exit(0); // supervisor gone: exiting kills the sandbox
+		if (n < 16) {
+			close_fds(fds, nfds);
+			continue;
+		}
+		struct hutch_rd r = {buf, (size_t)n, 0};
+		uint32_t op = hutch_rd_u32(&r);
+		hutch_rd_u32(&r);
+		uint64_t id = (uint64_t)hutch_rd_i64(&r);
+		switch (op) {
+		case HUTCH_OP_SPAWN:
+			do_spawn(id, &r, fds, nfds);
+			break;
+		case HUTCH_OP_SIGNAL:
+			close_fds(fds, nfds);
+			do_signal(id, &r);
+			break;
+		case HUTCH_OP_LANDLOCK:
+			if (nfds == 1) {
+				if (in.ll_fd >= 0)
+					close(in.ll_fd);
+				in.ll_fd = fds[0];
+			} else {
+				close_fds(fds, nfds);
+			}
+			break;
+		default:
+			close_fds(fds, nfds);
+		}
+	}
+}
+
+// ---- set-up --------------------------------------------------------------
+
+static void read_plan(struct hutch_rd *r, struct hutch_plan *p) {
+	p->root_size = hutch_rd_i64(r);
+	p->stage = hutch_rd_str(r);
+	p->nsteps = hutch_rd_u32(r);
+	if (r->bad || p->nsteps > 100000)
+		setup_fail("receive setup: malformed mount plan");
+	p->steps = calloc(p->nsteps ? p->nsteps : 1, sizeof *p->steps);
+	if (!p->steps)
+		setup_fail("receive setup: out of memory");
+	for (uint32_t i = 0; i < p->nsteps; i++) {
+		struct hutch_step *s = &p->steps[i];
+		s->kind = hutch_rd_u32(r);
+		s->flags = hutch_rd_u32(r);
+		s->mode = hutch_rd_u32(r);
+		s->size = hutch_rd_i64(r);
+		s->name = hutch_rd_str(r);
+		s->source = hutch_rd_str(r);
+		s->target = hutch_rd_str(r);
+		s->staged = hutch_rd_str(r);
+		s->data = hutch_rd_str(r);
+		s->why = hutch_rd_str(r);
+	}
+	if (r->bad)
+		setup_fail("receive setup: malformed mount plan");
+}
+
+__attribute__((noreturn)) static void init_main(long entered) {
+	// Pid 1 gets only the signals it has handlers for from inside its pid
+	// namespace; ignore every catchable one so sandboxed code cannot stop
+	// it. SIGCHLD is blocked and read from a signalfd instead.
+	struct sigaction ign;
+	memset(&ign, 0, sizeof ign);
+	ign.sa_handler = SIG_IGN;
+	static const int ignored[] = {SIGHUP, SIGINT, SIGTERM, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM,
+	                              SIGTSTP, SIGTTIN, SIGTTOU, SIGWINCH, SIGVTALRM, SIGPROF, SIGXCPU, SIGXFSZ, SIGIO};
+	for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
+		sigaction(ignored[i], &ign, NULL);
+	sigset_t chld;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, NULL);
+	// Not dumpable: /proc/1/{mem,fd,environ} stay closed to sandboxed code.
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+
+	unsigned char *buf = malloc(HUTCH_MAX_MSG);
+	if (!buf)
+		_exit(1);
+	int fds[8], nfds;
+	ssize_t n = recv_msg(buf, HUTCH_MAX_MSG, fds, &nfds);
+	if (n <= 0)
+		_exit(1);
+	// The setup stays in its own buffer: the plan's strings point into it.
+	unsigned char *setup = malloc((size_t)n);
+	if (!setup)
+		setup_fail("receive setup: out of memory");
+	memcpy(setup, buf, (size_t)n);
+	struct hutch_rd r = {setup, (size_t)n, 0};
+	uint32_t op = hutch_rd_u32(&r);
+	hutch_rd_u32(&r);
+	hutch_rd_i64(&r);
+	if (r.bad || op != HUTCH_OP_SETUP)
+		setup_fail("receive setup: unexpected message %u", op);
+	uint32_t flags = hutch_rd_u32(&r);
+	const char *hostname = hutch_rd_str(&r);
+	in.rlimits = hutch_rd_str(&r);
+	sandbox_uid = (int)hutch_rd_i64(&r);
+	sandbox_gid = (int)hutch_rd_i64(&r);
+	if (r.bad)
+		setup_fail("receive setup: malformed message");
+	in.timing = (flags & HUTCH_SETUP_TIMING) != 0;
+	// "@entered" is absolute (CLOCK_MONOTONIC): the supervisor turns it
+	// into the time from its fork to this constructor.
+	mark("@entered", entered);
+	mark("init.wait-setup", hutch_now_usec() - entered);
+	if (flags & HUTCH_SETUP_SECCOMP) {
+		if (nfds != 1)
+			setup_fail("receive setup: seccomp program descriptor missing");
+		in.bpf_fd = fds[0];
+	} else {
+		close_fds(fds, nfds);
+	}
+	struct hutch_plan plan;
+	read_plan(&r, &plan);
+
+	char eb[128], err[4096];
+	long t0 = hutch_now_usec();
+	if (sethostname(hostname, strlen(hostname)) < 0)
+		setup_fail("set hostname: %s", hutch_strerror(errno, eb, sizeof eb));
+	loopback_up();
+	mark("init.net", hutch_now_usec() - t0);
+	if (hutch_mounts_execute(&plan, mark, err, sizeof err) < 0)
+		setup_fail("build the sandbox's root filesystem: %s", err);
+	int out[4], nout = 0;
+	out[nout] = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (out[nout++] < 0)
+		setup_fail("open the new root: %s", hutch_strerror(errno, eb, sizeof eb));
+	if (flags & HUTCH_SETUP_PROXY) {
+		t0 = hutch_now_usec();
+		out[nout++] = proxy_socket(SOCK_STREAM, HUTCH_PORT_HTTP, "HTTP proxy");
+		out[nout++] = proxy_socket(SOCK_STREAM, HUTCH_PORT_SOCKS, "SOCKS5 proxy");
+		out[nout++] = proxy_socket(SOCK_DGRAM, HUTCH_PORT_DNS, "DNS");
+		mark("init.proxy-sockets", hutch_now_usec() - t0);
+	}
+	wr_head(&in.out, HUTCH_OP_READY, 0);
+	wr_u32(&in.out, (uint32_t)in.nmarks);
+	for (int i = 0; i < in.nmarks; i++) {
+		wr_str(&in.out, in.marks[i].name);
+		wr_i64(&in.out, in.marks[i].usec);
+	}
+	if (send_msg(&in.out, out, nout) < 0)
+		_exit(1);
+	close_fds(out, nout);
+	free(plan.steps);
+	serve(buf);
+}
+
+__attribute__((constructor)) static void hutch_init_stage(int argc, char **argv, char **envp) {
+	(void)envp;
+	if (argc < 1 || argv == NULL || argv[0] == NULL || strcmp(argv[0], HUTCH_INIT_MAGIC) != 0)
+		return;
+	init_main(hutch_now_usec());
+}

@@ -1,0 +1,446 @@
+// The mount plan executor: builds the sandbox's root filesystem from the
+// primitive steps the supervisor computed (mounts/plan.go documents each
+// kind) and pivots into it. It runs in the init, in a fresh mount namespace
+// whose user namespace the init owns, as pid 1 of a fresh pid namespace.
+//
+// Ordering, in the spirit of bubblewrap's setup: every bind source is
+// opened O_PATH before any mount changes (the new root may hide it, e.g. a
+// workspace under /tmp); the root tmpfs is mounted on the staging
+// directory (Plan.Stage, outside every bind source); the steps run in
+// order; then pivot_root(".", "."), detach the old root, and make "/"
+// read-only. Mount attributes are only ever added (mount_setattr), so
+// flags locked by a more privileged namespace are kept.
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "hutch_init.h"
+
+#ifndef SYS_mount_setattr
+#define SYS_mount_setattr 442
+#endif
+#ifndef SYS_openat2
+#define SYS_openat2 437
+#endif
+#ifndef SYS_pivot_root
+#define SYS_pivot_root 155
+#endif
+#ifndef AT_RECURSIVE
+#define AT_RECURSIVE 0x8000
+#endif
+#define H_MOUNT_ATTR_RDONLY 0x00000001
+#define H_MOUNT_ATTR_NOSUID 0x00000002
+#define H_MOUNT_ATTR_NODEV 0x00000004
+#define H_MOUNT_ATTR_NOEXEC 0x00000008
+#define H_RESOLVE_NO_MAGICLINKS 0x02
+#define H_RESOLVE_NO_SYMLINKS 0x04
+#define H_RESOLVE_IN_ROOT 0x10
+
+struct h_mount_attr {
+	uint64_t attr_set, attr_clr, propagation, userns_fd;
+};
+struct h_open_how {
+	uint64_t flags, mode, resolve;
+};
+
+// ex is the executor's state for one plan.
+struct ex {
+	char *err;
+	size_t errlen;
+	const char *stage;
+};
+
+__attribute__((format(printf, 2, 3))) static int ex_fail(struct ex *x, const char *fmt, ...) {
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(x->err, x->errlen, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static const char *es(int e) {
+	static char buf[128];
+	return hutch_strerror(e, buf, sizeof buf);
+}
+
+static char *fd_path(int fd, char *buf, size_t len) {
+	snprintf(buf, len, "/proc/self/fd/%d", fd);
+	return buf;
+}
+
+// set_attr adds mount attributes to the mount at path (recursively, with
+// rec). Before Linux 5.12 it falls back to a bind remount that keeps the
+// mount's existing flags (not recursive).
+static int set_attr_at(int dfd, const char *path, int flags, uint64_t set) {
+	struct h_mount_attr a = {set, 0, 0, 0};
+	if (syscall(SYS_mount_setattr, dfd, path, (unsigned)flags, &a, sizeof a) == 0)
+		return 0;
+	if (errno != ENOSYS)
+		return -1;
+	char pb[64];
+	const char *p = path;
+	if (flags & AT_EMPTY_PATH)
+		p = fd_path(dfd, pb, sizeof pb);
+	struct statfs st;
+	if (statfs(p, &st) < 0)
+		return -1;
+	unsigned long mf = (unsigned long)st.f_flags & (MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME | MS_RELATIME);
+	if (set & H_MOUNT_ATTR_RDONLY)
+		mf |= MS_RDONLY;
+	if (set & H_MOUNT_ATTR_NOSUID)
+		mf |= MS_NOSUID;
+	if (set & H_MOUNT_ATTR_NODEV)
+		mf |= MS_NODEV;
+	if (set & H_MOUNT_ATTR_NOEXEC)
+		mf |= MS_NOEXEC;
+	return mount("", p, "", MS_REMOUNT | MS_BIND | mf, NULL);
+}
+
+static int set_attr(const char *path, int rec, uint64_t set) {
+	return set_attr_at(AT_FDCWD, path, rec ? AT_RECURSIVE : 0, set);
+}
+
+// mkdir_all creates path and its missing parents with mode, like Go's
+// os.MkdirAll: an existing directory is fine, anything else is an error.
+static int mkdir_all(struct ex *x, const char *path, mode_t mode) {
+	char buf[4096];
+	size_t len = strlen(path);
+	if (len >= sizeof buf)
+		return ex_fail(x, "mkdir %s: %s", path, es(ENAMETOOLONG));
+	memcpy(buf, path, len + 1);
+	for (size_t i = 1; i <= len; i++) {
+		if (buf[i] != '/' && buf[i] != 0)
+			continue;
+		char c = buf[i];
+		buf[i] = 0;
+		if (mkdir(buf, mode) < 0 && errno != EEXIST) {
+			int e = errno;
+			buf[i] = c;
+			errno = e;
+			return ex_fail(x, "mkdir %s: %s", path, es(e));
+		}
+		buf[i] = c;
+	}
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return ex_fail(x, "mkdir %s: %s", path, es(errno));
+	if (!S_ISDIR(st.st_mode)) {
+		errno = ENOTDIR;
+		return ex_fail(x, "mkdir %s: %s", path, es(ENOTDIR));
+	}
+	return 0;
+}
+
+static int mkdir_parent(struct ex *x, const char *path) {
+	char buf[4096];
+	snprintf(buf, sizeof buf, "%s", path);
+	char *slash = strrchr(buf, '/');
+	if (slash && slash != buf)
+		*slash = 0;
+	else
+		return 0;
+	return mkdir_all(x, buf, 0755);
+}
+
+// mount_point creates an empty directory or file at p to mount onto.
+static int mount_point(struct ex *x, const struct hutch_step *s, int dir) {
+	int rc;
+	if (dir) {
+		rc = mkdir_all(x, s->staged, 0755);
+	} else {
+		rc = mkdir_parent(x, s->staged);
+		if (rc == 0) {
+			int fd = open(s->staged, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+			if (fd < 0)
+				rc = ex_fail(x, "open %s: %s", s->staged, es(errno));
+			else
+				close(fd);
+		}
+	}
+	if (rc < 0 && errno == EROFS) {
+		char inner[1024];
+		snprintf(inner, sizeof inner, "%s", x->err);
+		return ex_fail(x, "the mount point %s does not exist inside an already mounted read-only tree, and cannot be created there; "
+		                  "choose a target that exists, or one outside the tooling tree (e.g. /mnt/NAME): create mount point: %s",
+		               s->target, inner);
+	}
+	if (rc < 0) {
+		char inner[1024];
+		snprintf(inner, sizeof inner, "%s", x->err);
+		return ex_fail(x, "create mount point: %s", inner);
+	}
+	return 0;
+}
+
+static int exists(const char *p) {
+	struct stat st;
+	return lstat(p, &st) == 0;
+}
+
+// open_beneath opens the step's target beneath the new root as O_PATH.
+// With NOSYM, no component may be a symlink: workspace contents are
+// controlled by sandboxed code and must not redirect a mount.
+static int open_beneath(struct ex *x, int root, const struct hutch_step *s) {
+	struct h_open_how how = {O_PATH | O_CLOEXEC | O_NOFOLLOW, 0, H_RESOLVE_IN_ROOT | H_RESOLVE_NO_MAGICLINKS};
+	if (s->flags & HUTCH_STEPF_NOSYM)
+		how.resolve |= H_RESOLVE_NO_SYMLINKS;
+	const char *rel = s->target[0] == '/' ? s->target + 1 : s->target;
+	if (rel[0] == 0)
+		rel = ".";
+	long fd = syscall(SYS_openat2, root, rel, &how, sizeof how);
+	if (fd < 0) {
+		if (errno == ELOOP)
+			return ex_fail(x, "open %s: a path component is a symlink, which hutch refuses here: %s", s->target, es(ELOOP));
+		return ex_fail(x, "open %s: %s", s->target, es(errno));
+	}
+	return (int)fd;
+}
+
+static int apply(struct ex *x, int root, const struct hutch_step *s, int src, int devnull) {
+	char pb[64], opts[128];
+	const char *t = s->staged;
+	switch (s->kind) {
+	case HUTCH_STEP_BIND: {
+		if (src < 0)
+			return 0; // optional and missing
+		struct stat st;
+		if (fstat(src, &st) < 0)
+			return ex_fail(x, "stat source: %s", es(errno));
+		if (mount_point(x, s, S_ISDIR(st.st_mode)) < 0)
+			return -1;
+		if (mount(fd_path(src, pb, sizeof pb), t, "", MS_BIND | MS_REC, NULL) < 0)
+			return ex_fail(x, "bind %s: %s", s->source, es(errno));
+		uint64_t attr = H_MOUNT_ATTR_NOSUID;
+		if (!S_ISCHR(st.st_mode) && !S_ISBLK(st.st_mode))
+			attr |= H_MOUNT_ATTR_NODEV;
+		if (s->flags & HUTCH_STEPF_RO)
+			attr |= H_MOUNT_ATTR_RDONLY;
+		if (set_attr(t, 1, attr) < 0)
+			return ex_fail(x, "mount_setattr %s: %s", t, es(errno));
+		return 0;
+	}
+	case HUTCH_STEP_PIN:
+	case HUTCH_STEP_PROTECT: {
+		int fd = open_beneath(x, root, s);
+		if (fd < 0)
+			return -1;
+		fd_path(fd, pb, sizeof pb);
+		int rc = mount(pb, pb, "", MS_BIND | MS_REC, NULL);
+		int e = errno;
+		close(fd);
+		if (rc < 0)
+			return ex_fail(x, "bind onto itself: %s", es(e));
+		uint64_t attr = H_MOUNT_ATTR_NOSUID | H_MOUNT_ATTR_NODEV;
+		if (s->kind == HUTCH_STEP_PROTECT)
+			attr |= H_MOUNT_ATTR_RDONLY;
+		// The new mount now sits on top of fd's dentry; reopen to reach it.
+		fd = open_beneath(x, root, s);
+		if (fd < 0)
+			return -1;
+		rc = set_attr_at(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, attr);
+		e = errno;
+		close(fd);
+		if (rc < 0)
+			return ex_fail(x, "mount_setattr: %s", es(e));
+		return 0;
+	}
+	case HUTCH_STEP_TMPFS: {
+		if (mount_point(x, s, 1) < 0)
+			return -1;
+		unsigned mode = s->mode ? s->mode : 0755;
+		if (s->size > 0)
+			snprintf(opts, sizeof opts, "mode=%o,size=%lld", mode, (long long)s->size);
+		else
+			snprintf(opts, sizeof opts, "mode=%o", mode);
+		if (mount("tmpfs", t, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+			return ex_fail(x, "%s", es(errno));
+		return 0;
+	}
+	case HUTCH_STEP_PROC:
+		if (mount_point(x, s, 1) < 0)
+			return -1;
+		if (mount("proc", t, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+			return ex_fail(x, "%s", es(errno));
+		return 0;
+	case HUTCH_STEP_DEVPTS:
+		if (mount_point(x, s, 1) < 0)
+			return -1;
+		if (mount("devpts", t, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620") < 0)
+			return ex_fail(x, "%s", es(errno));
+		return 0;
+	case HUTCH_STEP_SYSFS:
+		if (mount_point(x, s, 1) < 0)
+			return -1;
+		if (mount("sysfs", t, "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, NULL) < 0)
+			return ex_fail(x, "%s", es(errno));
+		return 0;
+	case HUTCH_STEP_MKDIR: {
+		mode_t mode = s->mode ? s->mode : 0755;
+		if (mkdir_all(x, t, mode & 0777) < 0)
+			return -1;
+		if (chmod(t, mode & 07777) < 0)
+			return ex_fail(x, "chmod %s: %s", t, es(errno));
+		return 0;
+	}
+	case HUTCH_STEP_FILE: {
+		if (mkdir_parent(x, t) < 0)
+			return -1;
+		mode_t mode = s->mode ? s->mode : 0644;
+		int fd = open(t, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode & 07777);
+		if (fd < 0)
+			return ex_fail(x, "open %s: %s", t, es(errno));
+		size_t len = strlen(s->data), off = 0;
+		while (off < len) {
+			ssize_t w = write(fd, s->data + off, len - off);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0) {
+				int e = w < 0 ? errno : EIO;
+				close(fd);
+				return ex_fail(x, "write %s: %s", t, es(e));
+			}
+			off += (size_t)w;
+		}
+		if (close(fd) < 0)
+			return ex_fail(x, "close %s: %s", t, es(errno));
+		return 0;
+	}
+	case HUTCH_STEP_SYMLINK:
+		if (mkdir_parent(x, t) < 0)
+			return -1;
+		if (symlink(s->data, t) < 0)
+			return ex_fail(x, "symlink %s %s: %s", s->data, t, es(errno));
+		return 0;
+	case HUTCH_STEP_MASK_FILE:
+		if (!exists(t))
+			return 0;
+		if (mount(fd_path(devnull, pb, sizeof pb), t, "", MS_BIND, NULL) < 0)
+			return ex_fail(x, "%s", es(errno));
+		if (set_attr(t, 0, H_MOUNT_ATTR_RDONLY | H_MOUNT_ATTR_NOSUID | H_MOUNT_ATTR_NOEXEC) < 0)
+			return ex_fail(x, "mount_setattr %s: %s", t, es(errno));
+		return 0;
+	case HUTCH_STEP_MASK_DIR:
+		if (!exists(t))
+			return 0;
+		if (mount("tmpfs", t, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4096,nr_inodes=1,mode=0555") < 0)
+			return ex_fail(x, "%s", es(errno));
+		return 0;
+	case HUTCH_STEP_SEAL:
+		if (set_attr(t, 0, H_MOUNT_ATTR_RDONLY | H_MOUNT_ATTR_NOSUID | H_MOUNT_ATTR_NODEV) < 0)
+			return ex_fail(x, "mount_setattr %s: %s", t, es(errno));
+		return 0;
+	case HUTCH_STEP_RO:
+		if (!exists(t))
+			return 0;
+		if (mount(t, t, "", MS_BIND | MS_REC, NULL) < 0)
+			return ex_fail(x, "%s", es(errno));
+		if (set_attr(t, 1, H_MOUNT_ATTR_RDONLY | H_MOUNT_ATTR_NOSUID | H_MOUNT_ATTR_NODEV) < 0)
+			return ex_fail(x, "mount_setattr %s: %s", t, es(errno));
+		return 0;
+	}
+	return ex_fail(x, "unknown step kind %u", s->kind);
+}
+
+int hutch_mounts_execute(const struct hutch_plan *p, hutch_mark_fn mark, char *err, size_t errlen) {
+	struct ex x = {err, errlen, p->stage[0] ? p->stage : "/tmp"};
+	long t0 = hutch_now_usec();
+	int rc = -1, devnull = -1, root = -1;
+	int *srcs = calloc(p->nsteps ? p->nsteps : 1, sizeof *srcs);
+	if (!srcs)
+		return ex_fail(&x, "out of memory");
+	for (uint32_t i = 0; i < p->nsteps; i++)
+		srcs[i] = -1;
+	// Open every bind source before changing any mount: afterwards the
+	// host paths may be hidden (a workspace under /tmp, say).
+	for (uint32_t i = 0; i < p->nsteps; i++) {
+		const struct hutch_step *s = &p->steps[i];
+		if (s->kind == HUTCH_STEP_BIND) {
+			srcs[i] = open(s->source, O_PATH | O_CLOEXEC);
+			if (srcs[i] < 0 && !(errno == ENOENT && (s->flags & HUTCH_STEPF_OPTIONAL))) {
+				ex_fail(&x, "open %s for %s: %s", s->source, s->why[0] ? s->why : s->name, es(errno));
+				goto out;
+			}
+		} else if (s->kind == HUTCH_STEP_MASK_FILE && devnull < 0) {
+			devnull = open("/dev/null", O_PATH | O_CLOEXEC);
+			if (devnull < 0) {
+				ex_fail(&x, "open /dev/null for masking: %s", es(errno));
+				goto out;
+			}
+		}
+	}
+	mark("mounts.open", hutch_now_usec() - t0);
+
+	t0 = hutch_now_usec();
+	if (mount("", "/", "", MS_REC | MS_PRIVATE, NULL) < 0) {
+		ex_fail(&x, "make / private in the new mount namespace: %s", es(errno));
+		goto out;
+	}
+	char opts[128];
+	snprintf(opts, sizeof opts, "size=%lld,nr_inodes=8192,mode=0755", (long long)(p->root_size > 0 ? p->root_size : 8 << 20));
+	if (mount("hutch-root", x.stage, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0) {
+		ex_fail(&x, "mount the root tmpfs on %s: %s", x.stage, es(errno));
+		goto out;
+	}
+	root = open(x.stage, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (root < 0) {
+		ex_fail(&x, "open new root: %s", es(errno));
+		goto out;
+	}
+	mark("mounts.root", hutch_now_usec() - t0);
+
+	t0 = hutch_now_usec();
+	for (uint32_t i = 0; i < p->nsteps; i++) {
+		const struct hutch_step *s = &p->steps[i];
+		if (apply(&x, root, s, srcs[i], devnull) < 0) {
+			char inner[2048];
+			snprintf(inner, sizeof inner, "%s", err);
+			ex_fail(&x, "%s %s (%s): %s", s->name, s->target, s->why[0] ? s->why : s->name, inner);
+			goto out;
+		}
+	}
+	mark("mounts.steps", hutch_now_usec() - t0);
+
+	t0 = hutch_now_usec();
+	if (chdir(x.stage) < 0) {
+		ex_fail(&x, "chdir to new root: %s", es(errno));
+		goto out;
+	}
+	if (syscall(SYS_pivot_root, ".", ".") < 0) {
+		ex_fail(&x, "pivot_root into the new root: %s", es(errno));
+		goto out;
+	}
+	if (umount2(".", MNT_DETACH) < 0) {
+		ex_fail(&x, "detach the old root: %s", es(errno));
+		goto out;
+	}
+	if (chdir("/") < 0) {
+		ex_fail(&x, "chdir / after pivot_root: %s", es(errno));
+		goto out;
+	}
+	if (set_attr("/", 0, H_MOUNT_ATTR_RDONLY | H_MOUNT_ATTR_NOSUID | H_MOUNT_ATTR_NODEV) < 0) {
+		ex_fail(&x, "make the root read-only: %s", es(errno));
+		goto out;
+	}
+	mark("mounts.pivot", hutch_now_usec() - t0);
+	rc = 0;
+out:
+	for (uint32_t i = 0; i < p->nsteps; i++)
+		if (srcs[i] >= 0 && srcs[i] != devnull)
+			close(srcs[i]);
+	if (devnull >= 0)
+		close(devnull);
+	if (root >= 0)
+		close(root);
+	free(srcs);
+	return rc;
+}
