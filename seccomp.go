@@ -88,35 +88,66 @@ func fastFilterPath(raw []byte, watch bool) string {
 			fmt.Fprintf(h, "\x00%s\x00%d\x00%d", exe, fi.Size(), fi.ModTime().UnixNano())
 		}
 	}
-	return filepath.Join(dir, "raw-"+hex.EncodeToString(h.Sum(nil))+".json")
+	return filepath.Join(dir, "raw-"+hex.EncodeToString(h.Sum(nil)))
 }
+
+// The fast cache keeps two files per profile: PATH.bpf, the program itself
+// (magic, a notify byte, struct sock_filter[]), read on every start, and
+// PATH.json, the whole Filter with its denial tables, decoded only when a
+// command first hits a denial (decoding JSON in a fresh process costs ~1 ms
+// of reflection set-up).
+const fastMagic = "hutch-bpf-v1\x00"
 
 func loadFastFilter(path string) *seccompprofiles.Filter {
 	if path == "" {
 		return nil
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
+	b, err := os.ReadFile(path + ".bpf")
+	if err != nil || len(b) < len(fastMagic)+1 || string(b[:len(fastMagic)]) != fastMagic {
 		return nil
 	}
-	f := new(seccompprofiles.Filter)
-	if json.Unmarshal(b, f) != nil || len(f.BPF) == 0 || len(f.BPF)%8 != 0 {
+	bpf := b[len(fastMagic)+1:]
+	if len(bpf) == 0 || len(bpf)%8 != 0 {
 		return nil
 	}
+	f := &seccompprofiles.Filter{BPF: bpf, Notify: b[len(fastMagic)] == 1}
+	f.LoadTablesLazily(func() (*seccompprofiles.Filter, error) {
+		b, err := os.ReadFile(path + ".json")
+		if err != nil {
+			return nil, err
+		}
+		full := new(seccompprofiles.Filter)
+		if err := json.Unmarshal(b, full); err != nil {
+			return nil, err
+		}
+		return full, nil
+	})
 	return f
 }
 
 func storeFastFilter(path string, f *seccompprofiles.Filter) {
-	if path == "" {
+	if path == "" || f.NotifyUnavailable != "" {
 		return
 	}
-	b, err := json.Marshal(f)
+	j, err := json.Marshal(f)
 	if err != nil || os.MkdirAll(filepath.Dir(path), 0o700) != nil {
 		return
 	}
-	tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
-	if os.WriteFile(tmp, b, 0o600) == nil {
-		_ = os.Rename(tmp, path)
+	b := append([]byte(fastMagic), 0)
+	if f.Notify {
+		b[len(fastMagic)] = 1
+	}
+	b = append(b, f.BPF...)
+	// The tables first: a reader that finds the program finds them too.
+	for _, w := range []struct {
+		ext  string
+		data []byte
+	}{{".json", j}, {".bpf", b}} {
+		tmp := fmt.Sprintf("%s%s.%d.tmp", path, w.ext, os.Getpid())
+		if os.WriteFile(tmp, w.data, 0o600) != nil || os.Rename(tmp, path+w.ext) != nil {
+			_ = os.Remove(tmp)
+			return
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"unsafe"
 
 	seccomp "github.com/seccomp/libseccomp-golang"
@@ -73,6 +74,40 @@ type Filter struct {
 	DenialRules map[uint32][]Denial `json:"denialRules"`
 	// Warnings lists rules that were skipped while compiling.
 	Warnings []string `json:"warnings,omitempty"`
+
+	// tables, when set, fills DefaultAction, DefaultErrno, Denials and
+	// DenialRules on the first Lookup (see LoadTablesLazily).
+	tables *lazyTables
+}
+
+type lazyTables struct {
+	once sync.Once
+	load func() (*Filter, error)
+}
+
+// LoadTablesLazily makes f, which holds only BPF and Notify, fetch the rest
+// of its description from load on the first Lookup: a sandbox whose
+// commands never hit a denial never pays for decoding the tables. If load
+// fails, Lookup answers with the default (EPERM) for every syscall. Call it
+// before f is shared.
+func (f *Filter) LoadTablesLazily(load func() (*Filter, error)) {
+	f.tables = &lazyTables{load: load}
+}
+
+func (f *Filter) ensureTables() {
+	t := f.tables
+	if t == nil {
+		return
+	}
+	t.once.Do(func() {
+		full, err := t.load()
+		if err != nil || full == nil {
+			return
+		}
+		f.DefaultAction, f.DefaultErrno = full.DefaultAction, full.DefaultErrno
+		f.Denials, f.DenialRules = full.Denials, full.DenialRules
+		f.ProfileHash, f.Arch = full.ProfileHash, full.Arch
+	})
 }
 
 // Instructions is the number of BPF instructions (sock_fprog.len).
@@ -82,6 +117,7 @@ func (f *Filter) Instructions() int { return len(f.BPF) / bpfInsnSize }
 // syscall with the given arguments: the first errno-type rule whose
 // conditions match, else the default action.
 func (f *Filter) Lookup(nr uint32, args [6]uint64) Denial {
+	f.ensureTables()
 	for _, d := range f.DenialRules[nr] {
 		if matchAll(d.Args, args) {
 			return d
