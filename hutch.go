@@ -115,6 +115,35 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 	if s.ws, err = ResolveWorkspace(p.Filesystem.Workspace); err != nil {
 		return nil, err
 	}
+	s.rec = seclog.NewRecorder(o.SecurityLog, s.id, []string{"(session)"})
+	// Limits first: the init must start inside its cgroup. Then the init
+	// is launched, and its exec into the new namespaces overlaps with the
+	// planning below.
+	if s.limits, err = setupLimits(ctx, p, s.id, o.Logger); err != nil {
+		return nil, err
+	}
+	tm = mark("supervisor.limits", tm)
+	if s.limits.cg == nil {
+		if w := warnOnce(s.rec, "rlimit-fallback", "memory, pids and cpus are capped only per process here (no cgroup): "+s.limits.reason); w != "" {
+			s.warnings = append(s.warnings, w)
+		}
+	}
+	cfg := &nsjail.Config{Executable: o.Executable, Logger: o.Logger}
+	if o.Diagnostics != nil {
+		cfg.Stderr = o.Diagnostics
+	}
+	if cg := s.limits.cg; cg != nil {
+		if fd, ok := cg.FD(); ok {
+			cfg.CgroupFD = fd // the init starts inside it (CLONE_INTO_CGROUP)
+		} else {
+			cfg.AfterStart = cg.AddProc // before the init runs any command
+		}
+	}
+	tLaunch := time.Now()
+	if s.sb, err = nsjail.Launch(cfg); err != nil {
+		return nil, err
+	}
+	tm = mark("supervisor.launch", tm)
 	if s.prot, err = mounts.PrepareProtected(s.ws, policy.WorkspaceMount, p.Filesystem.Protected); err != nil {
 		return nil, err
 	}
@@ -148,53 +177,31 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 	if s.filter, s.prof, err = seccompFilter(ctx, p, o.Logger); err != nil {
 		return nil, err
 	}
-	tm = mark("supervisor.seccomp", tm)
-	s.rec = seclog.NewRecorder(o.SecurityLog, s.id, []string{"(session)"})
+	mark("supervisor.seccomp", tm)
 	if s.filter.NotifyUnavailable != "" {
 		s.rec.Record(seclog.Event{Kind: seclog.KindSandbox, Rule: "seccomp", Subject: "notification unavailable",
 			Message: "seccomp user notification unavailable (" + s.filter.NotifyUnavailable + "): denials are enforced but not logged", Level: slog.LevelInfo})
 	}
-	if s.limits, err = setupLimits(ctx, p, s.id, o.Logger); err != nil {
-		return nil, err
-	}
-	mark("supervisor.limits", tm)
-	if s.limits.cg == nil {
-		if w := warnOnce(s.rec, "rlimit-fallback", "memory, pids and cpus are capped only per process here (no cgroup): "+s.limits.reason); w != "" {
-			s.warnings = append(s.warnings, w)
-		}
-	}
 	proxied := p.Network.Mode == policy.NetProxy
-	cfg := &nsjail.Config{
-		Setup: nsjail.Setup{
-			Plan:     plan,
-			Landlock: landlockSpec(p, plan),
-			Hostname: p.Sandbox.Hostname,
-			UID:      p.Sandbox.UID,
-			GID:      p.Sandbox.GID,
-			Timing:   o.Timing,
-			Proxy:    proxied,
-			Rlimits:  s.limits.rlimits,
-		},
-		Seccomp:    s.filter.BPF,
-		Executable: o.Executable,
-		Logger:     o.Logger,
-	}
-	if o.Diagnostics != nil {
-		cfg.Stderr = o.Diagnostics
-	}
-	if cg := s.limits.cg; cg != nil {
-		if fd, ok := cg.FD(); ok {
-			cfg.CgroupFD = fd // the init starts inside it (CLONE_INTO_CGROUP)
-		} else {
-			cfg.AfterStart = cg.AddProc // before the init runs any command
-		}
+	setup := nsjail.Setup{
+		Plan:     plan,
+		Landlock: landlockSpec(p, plan),
+		Hostname: p.Sandbox.Hostname,
+		UID:      p.Sandbox.UID,
+		GID:      p.Sandbox.GID,
+		Timing:   o.Timing,
+		Proxy:    proxied,
+		Rlimits:  s.limits.rlimits,
 	}
 	tPlan := time.Since(t0)
 	sctx, cancel := context.WithTimeout(ctx, initSetupBudget)
-	s.sb, err = nsjail.Start(sctx, cfg)
+	err = s.sb.Configure(sctx, setup, s.filter.BPF)
 	cancel()
 	if err != nil {
 		return nil, err
+	}
+	if o.Timing {
+		s.timing = append(s.timing, nsjail.Stage{Name: "supervisor.configure", Usec: time.Since(tLaunch).Microseconds()})
 	}
 	s.recordLandlockGaps()
 	if proxied {

@@ -40,12 +40,8 @@ import (
 	"github.com/hutchsandbox/hutch/landlock"
 )
 
-// Config configures one sandbox.
+// Config configures the launch of one sandbox's init.
 type Config struct {
-	Setup Setup
-	// Seccomp is the BPF program (struct sock_filter[]) every command
-	// runs under; nil for none.
-	Seccomp []byte
 	// Executable is the hutch binary to re-exec; "" means /proc/self/exe.
 	Executable string
 	// Stderr receives the init's own diagnostics (never the command's
@@ -76,6 +72,13 @@ type Sandbox struct {
 	initDone chan struct{}
 	release  chan struct{}
 	initErr  error
+	// forked is when the init was forked (CLOCK_MONOTONIC), for timings.
+	forked unix.Timespec
+	// launched is closed when the init's exec succeeded (initPid set) or
+	// failed (launchErr set).
+	launched   chan struct{}
+	launchErr  error
+	afterStart func(pid int) error
 
 	mu     sync.Mutex
 	nextID uint64
@@ -131,10 +134,13 @@ type SetupError struct {
 func (e *SetupError) Error() string { return e.Op + ": " + e.Err.Error() }
 func (e *SetupError) Unwrap() error { return e.Err }
 
-// Start creates the sandbox: it starts the init in new namespaces and waits
-// until the root filesystem is built. The init dies with the calling
-// goroutine's OS thread's process (parent-death signal) and with Close.
-func Start(ctx context.Context, cfg *Config) (*Sandbox, error) {
+// Launch starts the sandbox's init in new namespaces and returns without
+// waiting for it:
+// the init's exec overlaps with whatever the caller computes before
+// Configure (the mount plan, the seccomp program). The init dies with the
+// calling goroutine's OS thread's process (parent-death signal) and with
+// Close; until Configure succeeds it runs nothing.
+func Launch(cfg *Config) (*Sandbox, error) {
 	exe := cfg.Executable
 	if exe == "" {
 		exe = "/proc/self/exe"
@@ -166,56 +172,71 @@ func Start(ctx context.Context, cfg *Config) (*Sandbox, error) {
 		cmd.SysProcAttr.CgroupFD = cfg.CgroupFD
 	}
 	s := &Sandbox{
-		ctrl:     newConn(parent),
-		initDone: make(chan struct{}),
-		release:  make(chan struct{}),
-		procs:    map[uint64]*Process{},
+		ctrl:       newConn(parent),
+		afterStart: cfg.AfterStart,
+		launched:   make(chan struct{}),
+		initDone:   make(chan struct{}),
+		release:    make(chan struct{}),
+		procs:      map[uint64]*Process{},
 	}
 	// The parent-death signal fires when the thread that forked the init
 	// exits, so that thread stays locked and alive for the sandbox's life.
-	startErr := make(chan error, 1)
-	var forked unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &forked)
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &s.forked)
 	go func() {
 		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			startErr <- err
-			return
+		err := cmd.Start()
+		child.Close()
+		if err != nil {
+			s.launchErr = err
+			close(s.launched)
+			close(s.initDone)
+			return // the locked thread ends with the goroutine
 		}
 		s.initPid = cmd.Process.Pid
-		startErr <- nil
+		close(s.launched)
 		s.initErr = cmd.Wait()
 		close(s.initDone)
 		<-s.release
 		runtime.UnlockOSThread()
 	}()
-	err = <-startErr
-	child.Close()
+	return s, nil
+}
+
+// Configure has the launched init build the sandbox from setup (root
+// filesystem, proxy sockets), builds and hands over the Landlock ruleset,
+// and waits until the sandbox is ready for commands. seccomp is the BPF
+// program (struct sock_filter[]) every command runs under; nil for none.
+// On error the sandbox is closed.
+func (s *Sandbox) Configure(ctx context.Context, setup Setup, seccomp []byte) error {
+	err := s.configure(ctx, &setup, seccomp)
 	if err != nil {
-		parent.Close()
-		return nil, &SetupError{"create the sandbox's namespaces", diagnoseClone(err)}
+		s.kill()
 	}
-	if cfg.AfterStart != nil {
-		if err := cfg.AfterStart(s.initPid); err != nil {
-			s.kill()
-			return nil, &SetupError{"place the sandbox in its cgroup", err}
+	return err
+}
+
+func (s *Sandbox) configure(ctx context.Context, setup *Setup, seccomp []byte) error {
+	<-s.launched
+	if s.launchErr != nil {
+		return &SetupError{"create the sandbox's namespaces", diagnoseClone(s.launchErr)}
+	}
+	if s.afterStart != nil {
+		if err := s.afterStart(s.initPid); err != nil {
+			return &SetupError{"place the sandbox in its cgroup", err}
 		}
 	}
 	var fds []int
-	var memfd *os.File
-	if cfg.Seccomp != nil {
-		memfd, err = bpfMemfd(cfg.Seccomp)
+	if seccomp != nil {
+		memfd, err := bpfMemfd(seccomp)
 		if err != nil {
-			s.kill()
-			return nil, &SetupError{"prepare seccomp program", err}
+			return &SetupError{"prepare seccomp program", err}
 		}
 		defer memfd.Close()
 		fds = append(fds, int(memfd.Fd()))
-		cfg.Setup.Seccomp = true
+		setup.Seccomp = true
 	}
-	if err := s.ctrl.send(&message{Op: opSetup, Setup: &cfg.Setup}, fds...); err != nil {
-		s.kill()
-		return nil, &SetupError{"configure the sandbox", err}
+	if err := s.ctrl.send(&message{Op: opSetup, Setup: setup}, fds...); err != nil {
+		return &SetupError{"configure the sandbox", err}
 	}
 	type reply struct {
 		m   *message
@@ -231,57 +252,52 @@ func Start(ctx context.Context, cfg *Config) (*Sandbox, error) {
 	select {
 	case r = <-rc:
 	case <-ctx.Done():
-		s.kill()
-		return nil, &SetupError{"build the sandbox", ctx.Err()}
+		return &SetupError{"build the sandbox", ctx.Err()}
 	}
 	if r.err != nil {
-		s.kill()
-		return nil, &SetupError{"build the sandbox", fmt.Errorf("the sandbox init exited during setup (%v)", r.err)}
+		return &SetupError{"build the sandbox", fmt.Errorf("the sandbox init exited during setup (%v)", r.err)}
 	}
 	switch r.m.Op {
 	case opReady:
 	case opFail:
 		closeAll(r.fds)
-		s.kill()
-		return nil, &SetupError{"build the sandbox", errors.New(r.m.Error)}
+		return &SetupError{"build the sandbox", errors.New(r.m.Error)}
 	default:
 		closeAll(r.fds)
-		s.kill()
-		return nil, &SetupError{"build the sandbox", fmt.Errorf("unexpected message %d from init", r.m.Op)}
+		return &SetupError{"build the sandbox", fmt.Errorf("unexpected message %d from init", r.m.Op)}
 	}
 	want := 1
-	if cfg.Setup.Proxy {
+	if setup.Proxy {
 		want = 4
 	}
 	if len(r.fds) != want {
 		closeAll(r.fds)
-		s.kill()
-		return nil, &SetupError{"build the sandbox", fmt.Errorf("the init handed over %d descriptors, not %d (root and egress proxy sockets)", len(r.fds), want)}
+		return &SetupError{"build the sandbox", fmt.Errorf("the init handed over %d descriptors, not %d (root and egress proxy sockets)", len(r.fds), want)}
 	}
 	for _, st := range r.m.Timing {
 		if st.Name == "@entered" {
 			// An absolute CLOCK_MONOTONIC reading, shared across namespaces.
-			st = Stage{Name: "init.exec", Usec: st.Usec - forked.Nano()/1000}
+			st = Stage{Name: "init.exec", Usec: st.Usec - s.forked.Nano()/1000}
 		}
 		s.Timing = append(s.Timing, st)
 	}
 	for i, name := range []string{"proxy-http", "proxy-socks5", "dns"} {
-		if cfg.Setup.Proxy {
+		if setup.Proxy {
 			s.ProxyFiles = append(s.ProxyFiles, os.NewFile(uintptr(r.fds[1+i]), name))
 		}
 	}
 	s.Ready = &Ready{}
-	err = s.landlock(cfg.Setup.Landlock, r.fds[0])
+	err := s.landlock(setup.Landlock, r.fds[0])
 	unix.Close(r.fds[0])
 	if err != nil {
 		for _, f := range s.ProxyFiles {
 			f.Close()
 		}
-		s.kill()
-		return nil, &SetupError{"build the sandbox", err}
+		s.ProxyFiles = nil
+		return &SetupError{"build the sandbox", err}
 	}
 	go s.dispatch()
-	return s, nil
+	return nil
 }
 
 // landlock builds the Landlock ruleset beneath root, the sandbox's new
@@ -467,6 +483,7 @@ func (p *Process) Terminate() error {
 // kill ends the sandbox at once: SIGKILL to the init takes the whole pid
 // namespace with it.
 func (s *Sandbox) kill() {
+	<-s.launched
 	if s.initPid > 0 {
 		_ = unix.Kill(s.initPid, unix.SIGKILL)
 	}
