@@ -1,8 +1,10 @@
 package test
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -214,4 +216,60 @@ func TestSessionFresh(t *testing.T) {
 	if !strings.Contains(r.stdout, "No such file") || !strings.Contains(r.stderr, "timed out after 7s") {
 		t.Errorf("--fresh: stdout %q stderr %q", r.stdout, r.stderr)
 	}
+}
+
+// `hutch exec` has two clients: the C fast path (a constructor that runs
+// before the Go runtime, for the plain form) and the Go one (options, and
+// every error). Both must give the caller the same stdout, stderr and exit
+// code, byte for byte.
+func TestSessionExecFastPathMatchesGo(t *testing.T) {
+	ws := userDir(t)
+	name := startSession(t, ws)
+	goPath := []string{"HUTCH_NO_FAST_EXEC=1"}
+	cases := [][]string{
+		{"--", "/bin/sh", "-c", `printf 'out\n'; printf 'err\n' >&2; exit 3`},
+		{"/bin/sh", "-c", `printf '%s|' "$@"`, "x", "a b", "tab\there", "quote\"back\\slash", "ünï\x01ctrl"},
+		{"--", "/bin/sh", "-c", `kill -TERM $$`},
+		{"--", "no-such-command-here"},
+		{"--", "/bin/sh", "-c", `python3 -c 'import ctypes; ctypes.CDLL(None).syscall(250, 0)'`},
+		{"--", "/bin/sh", "-c", `echo "$FASTPATH_VAR"`},
+	}
+	env := []string{"FASTPATH_VAR=from the caller's environment"}
+	for _, c := range cases {
+		args := append([]string{"exec", name}, c...)
+		fast := hutch(t, opts{dir: ws, env: env}, args...)
+		slow := hutch(t, opts{dir: ws, env: append(env, goPath...)}, args...)
+		if fast.code != slow.code || fast.stdout != slow.stdout || fast.stderr != slow.stderr {
+			t.Errorf("exec %q:\nfast: code %d stdout %q stderr %q\ngo:   code %d stdout %q stderr %q",
+				c, fast.code, fast.stdout, fast.stderr, slow.code, slow.stdout, slow.stderr)
+		}
+	}
+	// The test must not pass by running the Go path twice: the fast path
+	// starts no Go runtime, so it has no Go threads to show.
+	r := hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c", "echo ok")
+	mustCode(t, r, 0)
+	cmd := hutchCmd(opts{dir: ws}, "exec", name, "--", "/bin/sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	time.Sleep(500 * time.Millisecond)
+	if n := threadsOf(cmd.Process.Pid); n != 1 {
+		t.Errorf("hutch exec (plain form) runs %d threads; the C fast path runs one", n)
+	}
+	// A signal to the client reaches the command.
+	cmd.Process.Signal(syscall.SIGTERM)
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 143 {
+		t.Errorf("hutch exec after SIGTERM: %v, want exit 143 (the command killed by SIGTERM)", err)
+	}
+}
+
+func threadsOf(pid int) int {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return -1
+	}
+	return len(ents)
 }

@@ -23,6 +23,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/hutchsandbox/hutch"
+	// The C fast path of `hutch exec` (a constructor; see its package doc).
+	_ "github.com/hutchsandbox/hutch/execclient"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seccompprofiles"
 	"github.com/hutchsandbox/hutch/seclog"
