@@ -239,11 +239,11 @@ if [ "$HAVE_BWRAP" = 1 ]; then
 fi
 hf pieces "${cmds[@]}"
 
-# The exec stage's own start: exec of hutch's static binary as "hutch:exec"
-# up to its C constructor, which (without the init's capabilities) stops at
-# its first step with exit 125, against bash exec'ing /bin/true.
+# The init's own start: exec of hutch's static binary as "hutch:init" up to
+# its C constructor, which (with no control socket on fd 3) stops at its
+# first receive with exit 1, against bash exec'ing /bin/true.
 hf execstage -i -n bash-exec-true "bash -c 'exec /bin/true'" \
-	-n bash-exec-hutch-execstage "bash -c 'exec -a hutch:exec $BIN - \"\" / /bin/true /bin/true'"
+	-n bash-exec-hutch-init "bash -c 'exec -a hutch:init $BIN 3</dev/null'"
 
 # Go package initialization of the binary (supervisor and init pay it).
 say "go inittrace"

@@ -81,7 +81,7 @@ if cold and "hutch" in cold:
         verdict("cold start hutch <= 0.9x bwrap", False, "bwrap not measured")
 
 table("pieces", "Pieces: runtime start, namespaces")
-table("execstage", "Pieces: exec of the static binary up to the exec stage's C constructor", base="bash-exec-true", ref="-")
+table("execstage", "Pieces: exec of the static binary up to the init's C constructor", base="bash-exec-true", ref="-")
 disc = table("discovery", "Registry discovery cache cold vs no discovery", base="hutch-no-discover", ref="-")
 
 loop = table("loop200", "Steady state: 200 (and 1000) x fork+exec /bin/true in sh")

@@ -197,7 +197,7 @@ func probe(parent string) Host {
 
 	// cgroup v1.
 	v1name := BackendV1Root
-	if !root && v1Writable(v1own) {
+	if !root && v1Writable(mounts, v1own) {
 		v1name = BackendV1Delegated
 	}
 	if h.Mode == "v1" || h.Mode == "hybrid" {
@@ -428,8 +428,7 @@ func planV1(mounts []mountEntry, own map[string]string, parent string) ([]v1hier
 
 // v1Writable reports whether this user may write its own memory cgroup
 // v1 (a hierarchy chown'ed to the user: rare, but then it is used).
-func v1Writable(own map[string]string) bool {
-	mounts, _ := parseMountinfo("/proc/self/mountinfo")
+func v1Writable(mounts []mountEntry, own map[string]string) bool {
 	m, ok := findV1Mount(mounts, "memory")
 	return ok && writable(filepath.Join(m.point, relToMount(own["memory"], m.root))) == nil
 }

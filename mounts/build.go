@@ -223,10 +223,15 @@ func addEtc(p *Plan, s *Spec, etcSrc string) error {
 	var names []string
 	if etcSrc == "/etc" {
 		names = append(names, HostEtc...)
-		for _, g := range HostEtcGlobs {
-			m, _ := filepath.Glob(filepath.Join(etcSrc, g))
-			for _, x := range m {
-				names = append(names, filepath.Base(x))
+		// One directory read for every glob (filepath.Glob reads it per
+		// pattern).
+		ents, _ := os.ReadDir(etcSrc)
+		for _, e := range ents {
+			for _, g := range HostEtcGlobs {
+				if ok, _ := filepath.Match(g, e.Name()); ok {
+					names = append(names, e.Name())
+					break
+				}
 			}
 		}
 	} else {
