@@ -75,7 +75,9 @@ type Session struct {
 	warnings []string
 
 	closeOnce sync.Once
-	closed    chan struct{}
+	// closeTiming holds the teardown stages (--debug), written by Close.
+	closeTiming []nsjail.Stage
+	closed      chan struct{}
 }
 
 // ID identifies the session's sandbox in the security log.
@@ -253,14 +255,25 @@ func (s *Session) recordLandlockGaps() {
 func (s *Session) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
+		t := time.Now()
+		mark := func(name string) {
+			if s.o.Timing {
+				s.closeTiming = append(s.closeTiming, nsjail.Stage{Name: name, Usec: time.Since(t).Microseconds()})
+			}
+			t = time.Now()
+		}
 		if s.sb != nil {
 			s.sb.Close()
 		}
+		mark("teardown.init")
 		s.egress.stop()
+		mark("teardown.egress")
 		s.limits.close()
+		mark("teardown.limits")
 		if s.prot != nil {
 			err = s.prot.Cleanup()
 		}
+		mark("teardown.placeholders")
 		close(s.closed)
 	})
 	return err
@@ -501,6 +514,7 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 		o.Logger.Warn("teardown", "err", cerr)
 	}
 	if o.Timing {
+		res.Timing = append(res.Timing, sess.closeTiming...)
 		res.Timing = append(res.Timing, nsjail.Stage{Name: "total", Usec: time.Since(t0).Microseconds()})
 	}
 	return res, nil
