@@ -273,6 +273,22 @@ func newCgroup(ctx context.Context, name string, l Limits, opts Options, owner i
 	mu.Lock()
 	defer mu.Unlock()
 	h := probe(opts.Parent)
+	if h.Backend == BackendV2Scope {
+		unit, err := joinScope(ctx, h.SystemdUserBus, name)
+		if err != nil && h.scopeFallback != "" {
+			h.Backend = BackendV2Delegated
+			h.Reason = h.scopeFallback + " (" + BackendV2Scope + ": " + err.Error() + ")"
+			return newV2(ctx, h, leafName(owner, startTime(owner), name), l)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrUnavailable, BackendV2Scope, err)
+		}
+		h = probe(opts.Parent)
+		if h.Backend != BackendV2Delegated {
+			return nil, fmt.Errorf("%w: hutch moved into the systemd scope %s, but the scope is not usable: %s", ErrUnavailable, unit, h.Reason)
+		}
+		h.Reason = "in the transient systemd scope " + unit + " (Delegate=yes): " + h.Reason
+	}
 	leaf := leafName(owner, startTime(owner), name)
 	switch h.Backend {
 	case BackendV2Delegated, BackendV2Root:

@@ -54,6 +54,9 @@ type Host struct {
 
 	v2plan *v2plan
 	v1plan []v1hier
+	// scopeFallback, with Backend cgroup2-systemd-scope, is the reason of
+	// the cgroup2-delegated plan (v2plan) New uses if no scope can be had.
+	scopeFallback string
 }
 
 // V2Host describes the cgroup v2 hierarchy.
@@ -183,16 +186,49 @@ func probe(parent string) Host {
 		}
 	}
 
-	// cgroup v2 through a systemd transient scope (not implemented).
-	if h.Backend == "" && h.Mode == "v2" && !root {
+	// cgroup v2 through a systemd transient scope: New asks the user
+	// manager for one and moves hutch into it (Probe does not connect).
+	// Also preferred over an ancestor cgroup that the user manager owns
+	// (app.slice when hutch shares a terminal's scope): systemd does not
+	// expect cgroups it did not create there; a scope of hutch's own is the
+	// clean way, and that ancestor stays the fallback.
+	fallback := ""
+	if h.Backend == v2name && !root && parent == "" && h.v2plan != nil && !h.v2plan.moveSelf && !ownIsHutchLeaf(h.V2) {
+		fallback = h.Reason
+	}
+	if (h.Backend == "" || fallback != "") && h.Mode == "v2" && !root {
 		bus := userBus(h.UID)
-		why := fmt.Sprintf("no systemd user manager bus for uid %d (no $DBUS_SESSION_BUS_ADDRESS socket, no /run/user/%d/bus)", h.UID, h.UID)
-		if bus != "" {
+		if bus == "" {
+			h.Rejected = append(h.Rejected, Rejection{BackendV2Scope, fmt.Sprintf("no systemd user manager bus for uid %d (no $DBUS_SESSION_BUS_ADDRESS socket, no $XDG_RUNTIME_DIR/bus or /run/user/%d/bus, no systemd/private socket there)", h.UID, h.UID)})
+		} else {
 			h.SystemdUserBus = bus
-			why = fmt.Sprintf("not implemented: asking the systemd user manager (%s) for a transient scope with Delegate=yes; "+
-				"start hutch in one instead: systemd-run --user --scope -p Delegate=yes hutch ...", bus)
+			// A scope gets the controllers its parent slice has enabled
+			// for its children, which is what this process's own cgroup
+			// has too.
+			avail := readFields(filepath.Join(h.V2.Mount, h.V2.Own, "cgroup.controllers"))
+			if missing := missingOf(avail, required); len(missing) > 0 {
+				h.Rejected = append(h.Rejected, Rejection{BackendV2Scope, fmt.Sprintf("the systemd user manager (%s) could make a scope, but its cgroups get [%s], not %s: enable delegation of them (systemctl edit user@.service: [Service] Delegate=memory pids cpu)",
+					bus, strings.Join(avail, " "), strings.Join(missing, " and "))})
+			} else {
+				h.Backend = BackendV2Scope
+				h.scopeFallback = fallback
+				h.Where = []string{bus}
+				h.Controllers = nil
+				for _, c := range wanted {
+					if slices.Contains(avail, c) {
+						h.Controllers = append(h.Controllers, c)
+					}
+				}
+				h.MovesSelf = true
+				h.CloneIntoCgroup = kernelAtLeast(5, 7)
+				h.CgroupKill = kernelAtLeast(5, 14)
+				h.Reason = fmt.Sprintf("uid %d has no delegated cgroup v2 subtree to itself here, and the systemd user manager answers at %s: "+
+					"hutch asks it for a transient scope with Delegate=yes (%s<pid>-<name>.scope), moves itself into it and makes the sandbox cgroups there, as podman does", h.UID, bus, namePrefix)
+				if fallback != "" {
+					h.Reason += "; should that fail: " + fallback
+				}
+			}
 		}
-		h.Rejected = append(h.Rejected, Rejection{BackendV2Scope, why})
 	}
 
 	// cgroup v1.
@@ -437,6 +473,17 @@ func sameDir(a, b string) bool {
 	ra, err1 := filepath.EvalSymlinks(a)
 	rb, err2 := filepath.EvalSymlinks(b)
 	return err1 == nil && err2 == nil && ra == rb
+}
+
+// ownIsHutchLeaf reports whether this process already sits in a leaf hutch
+// made for it (it moved itself there for an earlier sandbox): the cgroup
+// above is then hutch's own, scope or not.
+func ownIsHutchLeaf(v2 *V2Host) bool {
+	if v2 == nil {
+		return false
+	}
+	_, _, _, ok := parseLeafName(filepath.Base(v2.Own))
+	return ok
 }
 
 // userBus returns the socket of the user's D-Bus session bus or systemd

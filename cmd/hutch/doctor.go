@@ -77,6 +77,10 @@ func diagnose(ctx context.Context) *doctorReport {
 	}
 	r.AppArmorUserNS = readTrim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
 
+	// Before the sandbox test, which may change this process's cgroup (the
+	// systemd scope backend moves hutch into a scope of its own).
+	r.Cgroup = cgroup.Probe()
+
 	// The real test: make a sandbox and run a command in it (this also
 	// proves the pid namespace's /proc mount, pivot_root, Landlock and
 	// seccomp loading).
@@ -101,7 +105,6 @@ func diagnose(ctx context.Context) *doctorReport {
 		r.CanSandbox = true
 	}
 
-	r.Cgroup = cgroup.Probe()
 	st := landlock.Probe()
 	r.LandlockABI = st.ABI
 	if st.ABI == 0 {

@@ -51,6 +51,23 @@ func TestVM(t *testing.T) {
 		})
 	}
 
+	// A Debian system with systemd as pid 1 and a user manager: hutch,
+	// started from a root-owned system service cgroup, gets a delegated
+	// transient scope over D-Bus (systemd.sh, systemd-payload.sh).
+	t.Run("systemd", func(t *testing.T) {
+		start := time.Now()
+		out, err := runScript(t, []string{"HUTCH_BIN=" + hutch}, "systemd.sh", "--timeout", fmt.Sprint(vmTimeout))
+		if skip := skipLine(out); skip != "" {
+			t.Skip(skip)
+		}
+		t.Logf("go test wall time %.2fs; console log test/vm/cache/logs/systemd.log", time.Since(start).Seconds())
+		if err != nil || !strings.Contains(out, "HUTCH-VM-RESULT: PASS") {
+			t.Errorf("VM run failed (%v):\n%s", err, out)
+		} else if testing.Verbose() {
+			t.Logf("%s", out)
+		}
+	})
+
 	// The landlock package's own tests (kernel tests included) on ABI 2.
 	t.Run("landlock-package", func(t *testing.T) {
 		bin := filepath.Join(t.TempDir(), "landlock.test")
@@ -100,9 +117,16 @@ func boot(t *testing.T, scenario, logName string, files []string, command ...str
 // test's deadline it sends SIGTERM, so that run.sh's trap stops qemu.
 func runSh(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), (vmTimeout+60)*time.Second)
+	return runScript(t, nil, "run.sh", args...)
+}
+
+// runScript runs one of this directory's scripts with extra environment.
+func runScript(t *testing.T, env []string, script string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), (vmTimeout+120)*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", append([]string{"run.sh"}, args...)...)
+	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 20 * time.Second
 	var b bytes.Buffer
