@@ -240,6 +240,12 @@ func BenchmarkHostTrue(b *testing.B) {
 	runLoop(b, setup(), "/bin/true")
 }
 
+// BenchmarkHostShTrue: `/bin/sh -c /bin/true` on the host, the baseline of
+// MCP run_command, whose command is a shell command line run with sh -c.
+func BenchmarkHostShTrue(b *testing.B) {
+	runLoop(b, setup(), "/bin/sh", "-c", "/bin/true")
+}
+
 // BenchmarkHutchVersion: one start of hutch's static Go binary (what the
 // supervisor and the init each pay before doing any work).
 func BenchmarkHutchVersion(b *testing.B) {

@@ -142,6 +142,10 @@ if gob:
     if "BenchmarkMCPRunCommand" in gob and host:
         d = gob["BenchmarkMCPRunCommand"][0] - host
         verdict("MCP run_command <= host + 1 ms", d <= 1.0, f"host + {d:.1f} ms (JSON-RPC round trip, sh -c, the server's executor)")
+        hostsh = gob.get("BenchmarkHostShTrue", (None,))[0]
+        if hostsh:
+            d = gob["BenchmarkMCPRunCommand"][0] - hostsh
+            verdict("MCP run_command <= host sh -c + 1 ms", d <= 1.0, f"host sh -c + {d:.1f} ms (the same command line on the host)")
 else:
     verdict("Go API run_command <= host + 1 ms", False, "not measured (go benchmarks skipped)")
 
