@@ -314,43 +314,115 @@ __attribute__((noreturn)) static void child_fail(int err, const char *what) {
 	_exit(125);
 }
 
-static void write_file(const char *path, const char *data, const char *what) {
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		child_fail(errno, what);
-	size_t len = strlen(data);
-	if (write(fd, data, len) != (ssize_t)len)
-		child_fail(errno, what);
-	close(fd);
+
+// userns_fd is the nested user namespace commands enter (uid and gid 1000
+// mapped to the init's 0), made once by make_userns at a sandbox's second
+// command (a one-off `hutch run` has one command, which makes its own as
+// cheaply); -1 until then, or when that failed, and a command then makes
+// its own.
+static int userns_fd = -1;
+static int spawned;
+
+// write_maps gives the calling process's new user namespace its one-line
+// maps. Returns 0, or -1 with errno set and *what naming the step.
+static int write_maps(int uid, int gid, const char **what) {
+	char map[64];
+	const char *files[3] = {"/proc/self/setgroups", "/proc/self/uid_map", "/proc/self/gid_map"};
+	const char *whats[3] = {"deny setgroups in the command's user namespace", "map the command's uid", "map the command's gid"};
+	for (int i = 0; i < 3; i++) {
+		if (i == 0)
+			snprintf(map, sizeof map, "deny");
+		else
+			snprintf(map, sizeof map, "%d 0 1", i == 1 ? uid : gid);
+		*what = whats[i];
+		int fd = open(files[i], O_WRONLY | O_CLOEXEC);
+		if (fd < 0)
+			return -1;
+		size_t len = strlen(map);
+		ssize_t w = write(fd, map, len);
+		int e = errno;
+		close(fd);
+		if (w != (ssize_t)len) {
+			errno = w < 0 ? e : EIO;
+			return -1;
+		}
+	}
+	return 0;
+}
+
+// make_userns creates the commands' user namespace once, in a helper child
+// that unshares and maps it, and keeps a descriptor of it: entering it with
+// setns costs a command far less than creating one.
+static int make_userns(int uid, int gid) {
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -1;
+	pid_t pid = fork();
+	if (pid < 0) {
+		close(p[0]);
+		close(p[1]);
+		return -1;
+	}
+	if (pid == 0) {
+		const char *what;
+		close(p[0]);
+		if (unshare(CLONE_NEWUSER) < 0 || write_maps(uid, gid, &what) < 0)
+			_exit(1);
+		if (write(p[1], "k", 1) != 1)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(p[1]);
+	char c;
+	ssize_t n;
+	do {
+		n = read(p[0], &c, 1);
+	} while (n < 0 && errno == EINTR);
+	close(p[0]);
+	int fd = -1;
+	if (n == 1) {
+		char path[64];
+		snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	kill(pid, SIGKILL);
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	return fd;
 }
 
 // child runs in the forked child: it places the descriptors of
-// execstage.c, enters a nested user namespace that maps uid and gid to the
-// init's 0 (the invoking host user) and hands over to the exec stage.
+// execstage.c, enters the nested user namespace that maps uid and gid to
+// the init's 0 (the invoking host user) and hands over to the exec stage.
 __attribute__((noreturn)) static void child(int uid, int gid, const int src[7], int notify, const char *cwd,
                                             char **argv, char **envp) {
 	int tmp[7];
 	for (int i = 0; i < 7; i++)
 		tmp[i] = src[i] >= 0 ? fcntl(src[i], F_DUPFD_CLOEXEC, 16) : -1;
+	int ns = userns_fd >= 0 ? fcntl(userns_fd, F_DUPFD_CLOEXEC, 16) : -1;
 	for (int i = 0; i < 7; i++) {
 		if (tmp[i] >= 0)
 			dup2(tmp[i], i);
 		else
 			close(i);
 	}
+	setsid();
+	if (ns >= 0) {
+		// Every capability in the namespace, as after unshare.
+		if (setns(ns, CLONE_NEWUSER) < 0)
+			child_fail(errno, "enter the commands' user namespace");
+	} else {
+		const char *what;
+		if (unshare(CLONE_NEWUSER) < 0)
+			child_fail(errno, "create the command's user namespace");
+		if (write_maps(uid, gid, &what) < 0)
+			child_fail(errno, what);
+	}
 	if (syscall(SYS_close_range, 7, ~0U, 0) < 0) {
 		for (int fd = 7; fd < 1024; fd++)
 			close(fd);
 	}
-	setsid();
-	if (unshare(CLONE_NEWUSER) < 0)
-		child_fail(errno, "create the command's user namespace");
-	char map[64];
-	write_file("/proc/self/setgroups", "deny", "deny setgroups in the command's user namespace");
-	snprintf(map, sizeof map, "%d 0 1", uid);
-	write_file("/proc/self/uid_map", map, "map the command's uid");
-	snprintf(map, sizeof map, "%d 0 1", gid);
-	write_file("/proc/self/gid_map", map, "map the command's gid");
 	environ = envp;
 	hutch_exec_command(notify, in.rlimits, cwd, argv);
 }
@@ -399,6 +471,8 @@ static void do_spawn(uint64_t id, struct hutch_rd *r, int *fds, int nfds) {
 		procs = np;
 		capprocs = nc;
 	}
+	if (spawned++ == 1)
+		userns_fd = make_userns(sandbox_uid, sandbox_gid);
 	int src[7] = {fds[0], fds[1], fds[2], pr[1], in.ll_fd, in.bpf_fd, notify ? fds[3] : -1};
 	if (in.bpf_fd < 0)
 		notify = 0;

@@ -120,12 +120,17 @@ func TestSessionExecHardening(t *testing.T) {
 	ws := userDir(t)
 	probeIn(t, ws)
 	name := startSession(t, ws)
-	r := hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c",
-		`id -u; grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; ./probe keyctl direct:80; touch /usr/x 2>&1; curl -sS https://evil.example/ 2>&1 | head -1`)
-	mustCode(t, r, 0)
-	for _, want := range []string{"1000\n", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "keyctl EPERM", "direct:80 EACCES", "Read-only file system", "response 403"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("exec lacks %q:\n%s", want, r.stdout)
+	// The init makes a session's later commands enter one shared nested
+	// user namespace (the first makes its own): check both.
+	var r result
+	for i := 1; i <= 2; i++ {
+		r = hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c",
+			`id -u; grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; cat /proc/self/uid_map /proc/self/setgroups; ./probe keyctl direct:80; touch /usr/x 2>&1; curl -sS https://evil.example/ 2>&1 | head -1`)
+		mustCode(t, r, 0)
+		for _, want := range []string{"1000\n", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "1000          0          1", "deny", "keyctl EPERM", "direct:80 EACCES", "Read-only file system", "response 403"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("exec %d lacks %q:\n%s", i, want, r.stdout)
+			}
 		}
 	}
 	for _, want := range []string{"hutch: blocked by seccomp policy: keyctl (1 time)", "direct connection to 203.0.113.1:80", "destination evil.example:443 not allowlisted (1 attempt)"} {
