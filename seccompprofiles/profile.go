@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 )
@@ -213,10 +212,8 @@ func (d *decoder) warnf(path, format string, args ...any) {
 	d.warnings = append(d.warnings, path+": "+fmt.Sprintf(format, args...))
 }
 
-var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
 func childPath(path, key string) string {
-	if identRe.MatchString(key) {
+	if isIdent(key) {
 		return path + "." + key
 	}
 	return path + "[" + strconv.Quote(key) + "]"
@@ -435,8 +432,6 @@ func (d *decoder) profile(v any) (*Profile, error) {
 
 var syscallFields = []string{"names", "name", "action", "errnoRet", "args", "comment", "includes", "excludes"}
 
-var syscallNameRe = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
-
 func (d *decoder) syscall(v any, path string) (Syscall, error) {
 	var s Syscall
 	m, err := d.object(v, path, syscallFields)
@@ -447,7 +442,7 @@ func (d *decoder) syscall(v any, path string) (Syscall, error) {
 		if n == "" {
 			return d.errorf(p, "empty syscall name")
 		}
-		if !syscallNameRe.MatchString(n) {
+		if !isSyscallName(n) {
 			return d.errorf(p, "invalid syscall name %q (lower-case letters, digits and _)", n)
 		}
 		return nil
@@ -575,8 +570,6 @@ func (d *decoder) arg(v any, path string) (Arg, error) {
 	return a, nil
 }
 
-var minKernelRe = regexp.MustCompile(`^[0-9]+\.[0-9]+(\.[0-9]+)?$`)
-
 func (d *decoder) selector(v any, path string) (*Selector, error) {
 	m, err := d.object(v, path, []string{"arches", "caps", "minKernel"})
 	if err != nil {
@@ -607,7 +600,7 @@ func (d *decoder) selector(v any, path string) (*Selector, error) {
 		if s.MinKernel, err = d.stringValue(kv, childPath(path, "minKernel")); err != nil {
 			return nil, err
 		}
-		if s.MinKernel != "" && !minKernelRe.MatchString(s.MinKernel) {
+		if s.MinKernel != "" && !isKernelVersion(s.MinKernel) {
 			return nil, d.errorf(childPath(path, "minKernel"), "invalid kernel version %q (valid: MAJOR.MINOR, e.g. \"5.8\")", s.MinKernel)
 		}
 	}
@@ -680,4 +673,43 @@ func (s *Selector) clone() *Selector {
 		Caps:      append([]string(nil), s.Caps...),
 		MinKernel: s.MinKernel,
 	}
+}
+
+// Hand-written matchers: regexps compiled at package initialisation cost
+// every hutch process (and every start) their compile time.
+
+// isIdent matches ^[A-Za-z_][A-Za-z0-9_]*$.
+func isIdent(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// isSyscallName matches ^[a-z_][a-z0-9_]*$.
+func isSyscallName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// isKernelVersion matches ^[0-9]+\.[0-9]+(\.[0-9]+)?$.
+func isKernelVersion(s string) bool {
+	parts := strings.Split(s, ".")
+	if len(parts) < 2 || len(parts) > 3 {
+		return false
+	}
+	for _, p := range parts {
+		if p == "" || strings.Trim(p, "0123456789") != "" {
+			return false
+		}
+	}
+	return true
 }
