@@ -1,0 +1,193 @@
+package nsjail
+
+import (
+	"encoding/binary"
+	"strings"
+	"testing"
+
+	"github.com/hutchsandbox/hutch/mounts"
+)
+
+// reader mirrors hutch_rd_* in init.c: the C side of the wire format.
+type reader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *reader) u32() uint32 {
+	if len(r.b) < 4 {
+		r.bad = true
+		return 0
+	}
+	v := binary.NativeEndian.Uint32(r.b)
+	r.b = r.b[4:]
+	return v
+}
+
+func (r *reader) i64() int64 {
+	if len(r.b) < 8 {
+		r.bad = true
+		return 0
+	}
+	v := int64(binary.NativeEndian.Uint64(r.b))
+	r.b = r.b[8:]
+	return v
+}
+
+// str checks what the C reader checks: the length fits, a NUL follows, and
+// there is no NUL inside.
+func (r *reader) str() string {
+	n := int(r.u32())
+	if r.bad || len(r.b) < n+1 || r.b[n] != 0 || strings.IndexByte(string(r.b[:n]), 0) >= 0 {
+		r.bad = true
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n+1:]
+	return s
+}
+
+// The setup message, read field by field in init.c's order.
+func TestEncodeSetupMatchesTheInitsReader(t *testing.T) {
+	plan := &mounts.Plan{RootSize: 1 << 20, Stage: "/run/stage", Steps: []mounts.Step{
+		{Kind: mounts.Bind, Source: "/usr", Target: "usr", ReadOnly: true, Optional: true, Why: "tooling"},
+		{Kind: mounts.File, Target: "/etc/../etc/hosts", Data: "127.0.0.1 localhost\n", Mode: 0o644},
+		{Kind: mounts.Protect, Target: "/workspace/.git/hooks", NoSymlinks: true},
+	}}
+	m := &message{Op: opSetup, ID: 7, Setup: &Setup{
+		Plan: plan, Hostname: "hutch", UID: 1000, GID: 1001, Seccomp: true, Proxy: true, Timing: true,
+		Rlimits: []Rlimit{{Resource: 7, Cur: 4096, Max: 4096}, {Resource: 9, Cur: ^uint64(0), Max: ^uint64(0)}},
+	}}
+	b, err := m.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &reader{b: b}
+	if op, pad, id := r.u32(), r.u32(), r.i64(); op != opSetup || pad != 0 || id != 7 {
+		t.Fatalf("header: op %d pad %d id %d", op, pad, id)
+	}
+	if fl := r.u32(); fl != setupSeccomp|setupProxy|setupTiming {
+		t.Errorf("flags %b", fl)
+	}
+	if h := r.str(); h != "hutch" {
+		t.Errorf("hostname %q", h)
+	}
+	if rl := r.str(); rl != "7:4096:4096,9:-1:-1" {
+		t.Errorf("rlimits %q", rl)
+	}
+	if uid, gid := r.i64(), r.i64(); uid != 1000 || gid != 1001 {
+		t.Errorf("uid %d gid %d", uid, gid)
+	}
+	if size, stage, n := r.i64(), r.str(), r.u32(); size != 1<<20 || stage != "/run/stage" || n != 3 {
+		t.Fatalf("plan header: size %d stage %q steps %d", size, stage, n)
+	}
+	want := []struct {
+		kind, flags, mode          uint32
+		name, source, target, stag string
+		data, why                  string
+	}{
+		{1, 3, 0, "bind", "/usr", "/usr", "/run/stage/usr", "", "tooling"},
+		{7, 0, 0o644, "file", "", "/etc/hosts", "/run/stage/etc/hosts", "127.0.0.1 localhost\n", ""},
+		{14, 4, 0, "protect", "", "/workspace/.git/hooks", "/run/stage/workspace/.git/hooks", "", ""},
+	}
+	for i, w := range want {
+		kind, flags, mode, size := r.u32(), r.u32(), r.u32(), r.i64()
+		name, source, target, staged, data, why := r.str(), r.str(), r.str(), r.str(), r.str(), r.str()
+		if kind != w.kind || flags != w.flags || mode != w.mode || size != 0 || name != w.name || source != w.source ||
+			target != w.target || staged != w.stag || data != w.data || why != w.why {
+			t.Errorf("step %d: got %d %d %o %d %q %q %q %q %q %q, want %+v", i, kind, flags, mode, size, name, source, target, staged, data, why, w)
+		}
+	}
+	if r.bad || len(r.b) != 0 {
+		t.Errorf("reader bad=%v, %d bytes left", r.bad, len(r.b))
+	}
+}
+
+// Every mount step kind has a number the C executor knows (1..14).
+func TestEveryStepKindIsNumbered(t *testing.T) {
+	kinds := []mounts.Kind{mounts.Bind, mounts.Tmpfs, mounts.Proc, mounts.Devpts, mounts.Sysfs, mounts.Mkdir, mounts.File,
+		mounts.Symlink, mounts.MaskFile, mounts.MaskDir, mounts.ReadOnly, mounts.Pin, mounts.Seal, mounts.Protect}
+	seen := map[uint32]bool{}
+	for _, k := range kinds {
+		n, ok := stepKinds[k]
+		if !ok || n < 1 || n > 14 || seen[n] {
+			t.Errorf("kind %q: number %d (known %v)", k, n, ok)
+		}
+		seen[n] = true
+	}
+	if len(stepKinds) != len(kinds) {
+		t.Errorf("stepKinds has %d entries, mounts has %d kinds", len(stepKinds), len(kinds))
+	}
+}
+
+// A NUL byte cannot travel in a C string: the encoder refuses it instead of
+// letting the init read a shorter argument.
+func TestEncodeRefusesNUL(t *testing.T) {
+	for _, sp := range []*Spawn{
+		{Argv: []string{"sh", "-c", "a\x00b"}},
+		{Argv: []string{"true"}, Env: []string{"X=\x00"}},
+		{Argv: []string{"true"}, Cwd: "/work\x00space"},
+	} {
+		if _, err := (&message{Op: opSpawn, Spawn: sp}).encode(); err == nil || !strings.Contains(err.Error(), "NUL") {
+			t.Errorf("spawn %q: err %v, want a NUL error", sp.Argv, err)
+		}
+	}
+	if _, err := (&message{Op: opReady}).encode(); err == nil {
+		t.Error("the supervisor encoded an init-only message")
+	}
+}
+
+// appendMsg builds an init -> supervisor message the way init.c does.
+func appendMsg(op uint32, id uint64, fields ...any) []byte {
+	e := &enc{}
+	e.u32(op)
+	e.u32(0)
+	e.i64(int64(id))
+	for _, f := range fields {
+		switch v := f.(type) {
+		case uint32:
+			e.u32(v)
+		case int64:
+			e.i64(v)
+		case string:
+			e.str("field", v)
+		}
+	}
+	return e.b
+}
+
+func TestDecodeInitMessages(t *testing.T) {
+	m, err := decode(appendMsg(opExit, 3, int64(9), int64(127), int64(2), "execute the command"))
+	if err != nil || m.Op != opExit || m.ID != 3 || m.Status != 9 || m.Code != 127 || m.Errno != 2 || m.Error != "execute the command" {
+		t.Errorf("exit: %+v, %v", m, err)
+	}
+	m, err = decode(appendMsg(opReady, 0, uint32(2), "init.net", int64(150), "mounts.steps", int64(2400)))
+	if err != nil || len(m.Timing) != 2 || m.Timing[1] != (Stage{"mounts.steps", 2400}) {
+		t.Errorf("ready: %+v, %v", m, err)
+	}
+	m, err = decode(appendMsg(opStarted, 5, int64(42)))
+	if err != nil || m.Pid != 42 {
+		t.Errorf("started: %+v, %v", m, err)
+	}
+	for name, b := range map[string][]byte{
+		"short header":  {1, 0, 0},
+		"unknown op":    appendMsg(99, 0),
+		"truncated":     appendMsg(opExit, 1, int64(0)),
+		"string length": append(appendMsg(opFail, 0), 0xff, 0xff, 0, 0, 'x'),
+	} {
+		if _, err := decode(b); err == nil {
+			t.Errorf("%s: decoded without error", name)
+		}
+	}
+}
+
+// Whatever the init sends, decoding returns an error or a message; it never
+// panics or reads past the packet.
+func FuzzDecode(f *testing.F) {
+	f.Add(appendMsg(opExit, 3, int64(9), int64(127), int64(2), "x"))
+	f.Add(appendMsg(opReady, 0, uint32(1), "a", int64(1)))
+	f.Add(appendMsg(opFail, 0, "setup failed"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _ = decode(b)
+	})
+}
