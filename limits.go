@@ -18,8 +18,10 @@ import (
 )
 
 // pidsMargin is added to the policy's pids limit for hutch's own processes
-// inside the sandbox's cgroup: the init (a Go process with GOMAXPROCS
-// pinned to 2: about 7 tasks) and one reaper per running command.
+// inside the sandbox's cgroup: the init (one single-threaded C task), one
+// reaper per running command and, once per session, a short-lived helper
+// that makes the commands' user namespace. 16 leaves room for a dozen
+// concurrent session commands; see docs/RESOURCES.md.
 const pidsMargin = 16
 
 // limits is how one sandbox's RESOURCES are enforced on this host.
