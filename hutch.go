@@ -377,6 +377,7 @@ func (s *Session) Exec(ctx context.Context, o *ExecOptions) (*Result, error) {
 	}
 	before := s.limits.events()
 	proc, err := s.sb.Exec(req)
+	tSent := time.Now()
 	if req.Notify != nil {
 		req.Notify.Close()
 	}
@@ -416,6 +417,7 @@ wait:
 		}
 	}
 	info := proc.Wait()
+	tDone := time.Now()
 	stopNotify()
 	if notifyDone != nil {
 		<-notifyDone
@@ -443,7 +445,11 @@ wait:
 	}
 	res.Messages = append(res.Messages, rec.Summary()...)
 	if s.o.Timing {
-		res.Timing = append(append(res.Timing, s.timing...), nsjail.Stage{Name: "exec", Usec: time.Since(t0).Microseconds()})
+		res.Timing = append(append(res.Timing, s.timing...),
+			nsjail.Stage{Name: "exec.prepare", Usec: tSent.Sub(t0).Microseconds()},
+			nsjail.Stage{Name: "exec.run", Usec: tDone.Sub(tSent).Microseconds()},
+			nsjail.Stage{Name: "exec.report", Usec: time.Since(tDone).Microseconds()},
+			nsjail.Stage{Name: "exec", Usec: time.Since(t0).Microseconds()})
 	}
 	return res, nil
 }
