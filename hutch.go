@@ -262,12 +262,32 @@ func (s *Session) Close() error {
 			}
 			t = time.Now()
 		}
+		// SIGKILL first; while the kernel tears the sandbox down, clean up
+		// what does not need it gone. The protected-path placeholders may
+		// go now only if no sandboxed process is left (the init said so at
+		// the last command's end): otherwise one could recreate a path the
+		// moment its placeholder disappears.
+		if s.sb != nil {
+			empty := s.sb.Empty()
+			s.sb.Kill()
+			if s.prot != nil && len(s.prot.Placeholders) > 0 && s.o.Logger != nil {
+				when := "after the init is gone (a sandboxed process may be left)"
+				if empty {
+					when = "while the init dies (no sandboxed process is left)"
+				}
+				s.o.Logger.Debug("teardown: protected-path placeholders removed " + when)
+			}
+			if empty && s.prot != nil {
+				_ = s.prot.Cleanup() // what is left is retried below
+			}
+		}
+		mark("teardown.kill")
+		s.egress.stop()
+		mark("teardown.egress")
 		if s.sb != nil {
 			s.sb.Close()
 		}
 		mark("teardown.init")
-		s.egress.stop()
-		mark("teardown.egress")
 		s.limits.close()
 		mark("teardown.limits")
 		if s.prot != nil {

@@ -363,15 +363,18 @@ func coveredBy(rel string, placed []string) bool {
 }
 
 // Cleanup removes the placeholders PrepareProtected created, if they are
-// still empty directories. It reports what it could not remove.
+// still empty directories. It reports what it could not remove and keeps
+// those, so a later call can try again.
 func (pr *Protection) Cleanup() error {
 	var errs []error
+	var left []string
 	for i := len(pr.Placeholders) - 1; i >= 0; i-- {
 		p := pr.Placeholders[i]
 		if err := unix.Rmdir(p); err != nil && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("remove protected-path placeholder %s: %w", p, err))
+			left = append([]string{p}, left...)
 		}
 	}
-	pr.Placeholders = nil
+	pr.Placeholders = left
 	return errors.Join(errs...)
 }

@@ -25,7 +25,7 @@ enum {
 	HUTCH_OP_SPAWN = 4,    // supervisor -> init: start a command (+ fds 0,1,2[,notify])
 	HUTCH_OP_STARTED = 5,  // init -> supervisor: command started (pid)
 	HUTCH_OP_SPAWNERR = 6, // init -> supervisor: command could not start
-	HUTCH_OP_EXIT = 7,     // init -> supervisor: command ended
+	HUTCH_OP_EXIT = 7,     // init -> supervisor: command ended (+ whether the init is alone)
 	HUTCH_OP_SIGNAL = 8,   // supervisor -> init: signal a command's reaper
 	HUTCH_OP_LANDLOCK = 9, // supervisor -> init: the Landlock ruleset (+ fd)
 };

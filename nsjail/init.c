@@ -299,6 +299,7 @@ static void spawn_error(uint64_t id, int code, const char *what) {
 	wr_i64(&in.out, code);
 	wr_i64(&in.out, 0);
 	wr_str(&in.out, what);
+	wr_u32(&in.out, 0);
 	send_msg(&in.out, NULL, 0);
 }
 
@@ -518,11 +519,18 @@ static void report_exit(const struct proc *p, int status) {
 		if (code == 0)
 			code = 125;
 	}
+	// alone: pid 1 has no other child, so no sandboxed process is left
+	// (every one descends from the init; a reaper's orphans are the
+	// reaper's children, a dead reaper's are the init's).
+	siginfo_t si;
+	memset(&si, 0, sizeof si);
+	uint32_t alone = waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD;
 	wr_head(&in.out, HUTCH_OP_EXIT, p->id);
 	wr_i64(&in.out, status);
 	wr_i64(&in.out, code);
 	wr_i64(&in.out, eno);
 	wr_str(&in.out, what);
+	wr_u32(&in.out, alone);
 	send_msg(&in.out, NULL, 0);
 }
 

@@ -30,7 +30,7 @@ const (
 	opSpawn    uint32 = 4 // supervisor -> init: start a command (Spawn) + fds 0,1,2[,notify]
 	opStarted  uint32 = 5 // init -> supervisor: command started (Pid)
 	opSpawnErr uint32 = 6 // init -> supervisor: command could not start (Code, Error)
-	opExit     uint32 = 7 // init -> supervisor: command ended (Status, Code, Errno, Error)
+	opExit     uint32 = 7 // init -> supervisor: command ended (Status, Code, Errno, Error, Alone)
 	opSignal   uint32 = 8 // supervisor -> init: signal a command's reaper (Signal)
 	opLandlock uint32 = 9 // supervisor -> init: + the Landlock ruleset fd
 )
@@ -65,6 +65,9 @@ type message struct {
 	Code   int // exit code hutch should report (spawnerr, exit)
 	Errno  int // with Code, the errno of the failed step
 	Error  string
+	// Alone (exit): when the init reported this exit it had no other
+	// child, so no sandboxed process was left.
+	Alone  bool
 	Setup  *Setup
 	Spawn  *Spawn
 	Timing []Stage
@@ -245,6 +248,7 @@ func decode(b []byte) (*message, error) {
 		m.Code = int(d.i64())
 		m.Errno = int(d.i64())
 		m.Error = d.str()
+		m.Alone = d.u32() == 1
 	default:
 		return nil, fmt.Errorf("decode control message: unknown op %d", m.Op)
 	}

@@ -157,8 +157,8 @@ func appendMsg(op uint32, id uint64, fields ...any) []byte {
 }
 
 func TestDecodeInitMessages(t *testing.T) {
-	m, err := decode(appendMsg(opExit, 3, int64(9), int64(127), int64(2), "execute the command"))
-	if err != nil || m.Op != opExit || m.ID != 3 || m.Status != 9 || m.Code != 127 || m.Errno != 2 || m.Error != "execute the command" {
+	m, err := decode(appendMsg(opExit, 3, int64(9), int64(127), int64(2), "execute the command", uint32(1)))
+	if err != nil || m.Op != opExit || m.ID != 3 || m.Status != 9 || m.Code != 127 || m.Errno != 2 || m.Error != "execute the command" || !m.Alone {
 		t.Errorf("exit: %+v, %v", m, err)
 	}
 	m, err = decode(appendMsg(opReady, 0, uint32(2), "init.net", int64(150), "mounts.steps", int64(2400)))
@@ -184,7 +184,7 @@ func TestDecodeInitMessages(t *testing.T) {
 // Whatever the init sends, decoding returns an error or a message; it never
 // panics or reads past the packet.
 func FuzzDecode(f *testing.F) {
-	f.Add(appendMsg(opExit, 3, int64(9), int64(127), int64(2), "x"))
+	f.Add(appendMsg(opExit, 3, int64(9), int64(127), int64(2), "x", uint32(0)))
 	f.Add(appendMsg(opReady, 0, uint32(1), "a", int64(1)))
 	f.Add(appendMsg(opFail, 0, "setup failed"))
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -60,6 +60,8 @@ type Config struct {
 type Sandbox struct {
 	ctrl    *conn
 	initPid int
+	// initProc signals the init through a pidfd: never a recycled pid.
+	initProc *os.Process
 	// Ready is what the init reported after setup.
 	Ready *Ready
 	// Timing is the init's per-stage timing, when requested.
@@ -81,6 +83,7 @@ type Sandbox struct {
 	afterStart func(pid int) error
 
 	mu     sync.Mutex
+	alone  bool // the last exit report said no sandboxed process was left
 	nextID uint64
 	procs  map[uint64]*Process
 	dead   error
@@ -193,6 +196,7 @@ func Launch(cfg *Config) (*Sandbox, error) {
 			return // the locked thread ends with the goroutine
 		}
 		s.initPid = cmd.Process.Pid
+		s.initProc = cmd.Process
 		close(s.launched)
 		s.initErr = cmd.Wait()
 		close(s.initDone)
@@ -381,6 +385,9 @@ func (s *Sandbox) dispatch() {
 			p.exit = ExitInfo{ExecCode: m.Code, ExecError: m.Error}
 			p.finish()
 		case opExit:
+			s.mu.Lock()
+			s.alone = m.Alone
+			s.mu.Unlock()
 			p.exit = ExitInfo{Status: unix.WaitStatus(m.Status), ExecCode: m.Code}
 			if m.Code != 0 {
 				p.exit.ExecError = fmt.Sprintf("%s: %s", m.Error, syscall.Errno(m.Errno).Error())
@@ -480,13 +487,28 @@ func (p *Process) Terminate() error {
 	return p.sb.ctrl.send(&message{Op: opSignal, ID: p.ID, Signal: sigTerminate})
 }
 
+// Empty reports whether no sandboxed process runs: no command is
+// outstanding and, at the last command's end, the init had no other child.
+// Only the init is then left; nothing inside can act any more.
+func (s *Sandbox) Empty() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.procs) == 0 && s.alone
+}
+
+// Kill sends the init SIGKILL and returns: the kernel then tears the pid
+// namespace down. Close waits for it.
+func (s *Sandbox) Kill() {
+	<-s.launched
+	if s.initProc != nil {
+		_ = s.initProc.Signal(syscall.SIGKILL) // "already finished" once reaped
+	}
+}
+
 // kill ends the sandbox at once: SIGKILL to the init takes the whole pid
 // namespace with it.
 func (s *Sandbox) kill() {
-	<-s.launched
-	if s.initPid > 0 {
-		_ = unix.Kill(s.initPid, unix.SIGKILL)
-	}
+	s.Kill()
 	<-s.initDone
 	s.mu.Lock()
 	if !s.closed {

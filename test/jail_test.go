@@ -533,3 +533,36 @@ func TestStageOutsideBindSources(t *testing.T) {
 		t.Errorf("the bind of the host's %s shows hutch's staging root (or failed): exit %d\n%s\n%s", os.TempDir(), r.code, r.stdout, r.stderr)
 	}
 }
+
+// The protected-path placeholders go early at teardown (while the init
+// dies) only when the init said no sandboxed process was left. A command
+// that kills its own reaper leaves processes behind that keep trying to
+// create .git/hooks; if the placeholder .git disappeared while they lived,
+// the hook could land on the host. The decision is checked in --debug's
+// words; the end state (no .git on the host) too, though a wrong decision
+// shows there only when the race is lost.
+func TestPlaceholderOutlivesStrayProcesses(t *testing.T) {
+	ws := userDir(t)
+	r := hutch(t, opts{dir: ws}, "run", "--debug", "--", "/bin/sh", "-c",
+		`for i in 1 2 3 4; do (while :; do mkdir -p .git/hooks 2>/dev/null && echo evil > .git/hooks/pre-commit 2>/dev/null; done) & done
+		 sleep 0.3; kill -9 $PPID; sleep 5`)
+	if r.code != 137 {
+		t.Errorf("exit %d, want 137 (the reaper killed); stderr %s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "placeholders removed after the init is gone") {
+		t.Errorf("with processes left behind, the placeholders were not kept until the init was gone:\n%s", r.stderr)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, ".git")); !os.IsNotExist(err) {
+		entries, _ := filepath.Glob(filepath.Join(ws, ".git", "*"))
+		t.Errorf("after the run the workspace has .git (%v; inside: %v)", err, entries)
+	}
+	// A command that ends normally leaves nothing: the early path.
+	r = hutch(t, opts{dir: ws}, "run", "--debug", "--", "true")
+	mustCode(t, r, 0)
+	if !strings.Contains(r.stderr, "placeholders removed while the init dies") {
+		t.Errorf("after a clean command, the placeholders did not go early:\n%s", r.stderr)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, ".git")); !os.IsNotExist(err) {
+		t.Errorf("after the clean run the workspace has .git (%v)", err)
+	}
+}
