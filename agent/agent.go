@@ -317,10 +317,16 @@ type capture struct {
 	dropped int64
 }
 
+// chunks recycles readAll's read buffers: two 64 KiB allocations per call
+// were most of an MCP server's garbage (and its GC work) for short commands.
+var chunks = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
 // readAll reads r to its end (or until it is closed), keeping at most max
 // bytes: a command writing more never blocks on a full pipe.
 func (c *capture) readAll(r io.Reader, max int) {
-	chunk := make([]byte, 64<<10)
+	cp := chunks.Get().(*[]byte)
+	defer chunks.Put(cp)
+	chunk := *cp
 	for {
 		n, err := r.Read(chunk)
 		if n > 0 {
