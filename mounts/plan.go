@@ -1,12 +1,13 @@
 // Package mounts describes the sandbox's root filesystem as a plan of
-// primitive steps, and executes that plan inside the sandbox's mount
-// namespace.
+// primitive steps, and prepares the host side of it (protected-path
+// placeholders).
 //
 // The plan is computed on the host side (the supervisor), where policy and
 // host paths are known; the init executes it inside the new mount namespace,
-// before pivot_root. Keeping the steps primitive (bind, tmpfs, mkdir, file,
-// symlink, read-only) keeps the executor small and auditable, in the spirit
-// of bubblewrap's ordered setup operations.
+// before pivot_root (nsjail/mounts.c, in C, before any Go runtime starts).
+// Keeping the steps primitive (bind, tmpfs, mkdir, file, symlink,
+// read-only) keeps the executor small and auditable, in the spirit of
+// bubblewrap's ordered setup operations.
 package mounts
 
 // Kind is the kind of one plan step.
