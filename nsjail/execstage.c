@@ -208,14 +208,19 @@ static int children(pid_t self, pid_t *out, int max) {
 static void kill_all(pid_t self) {
 	pid_t kids[1024];
 	for (int round = 0; round < 100000; round++) {
+		int st;
+		// No child at all: nothing is left (orphans re-parent to this
+		// subreaper as their parent exits, before it is reaped), so the
+		// common case needs no /proc scan.
+		while (waitpid(-1, &st, WNOHANG) > 0)
+			;
+		if (waitpid(-1, &st, WNOHANG) < 0 && errno == ECHILD)
+			return;
 		int n = children(self, kids, 1024);
 		for (int i = 0; i < n; i++)
 			kill(kids[i], SIGKILL);
-		int st;
 		while (waitpid(-1, &st, WNOHANG) > 0)
 			;
-		if (n == 0 && waitpid(-1, &st, WNOHANG) < 0 && errno == ECHILD)
-			return;
 		struct timespec ts = {0, n == 0 ? 1000000 : 100000};
 		nanosleep(&ts, NULL);
 	}
