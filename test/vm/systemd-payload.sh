@@ -15,6 +15,13 @@ finish() {
 	exit 0
 }
 
+case "$(cat /proc/cmdline)" in
+*hutch.attempt=1*hutch.testhang=1*)
+	echo "hutch.testhang=1: the first attempt hangs on purpose"
+	sleep 100000
+	;;
+esac
+
 i=0
 while [ ! -S /run/user/1000/bus ] && [ $i -lt 240 ]; do sleep 0.5; i=$((i + 1)); done
 if [ ! -S /run/user/1000/bus ]; then
@@ -36,7 +43,13 @@ cd /home/user/ws || exit 1
 tmp=$(mktemp -d)
 chmod 755 "$tmp"
 
+# A watchdog for a hang: after 60 s, show the processes and have every
+# hutch dump its goroutines (SIGQUIT), so the log says where it hangs.
+( sleep 60; echo "watchdog: still running after 60 s"; ps -eo pid,ppid,stat,pcpu,etime,args | grep -v ' \[' | tail -n 40
+  pkill -QUIT -x hutch ) &
+watchdog=$!
 as_user hutch doctor >"$tmp/doctor" 2>&1
+kill $watchdog 2>/dev/null
 if grep -q "backend cgroup2-systemd-scope" "$tmp/doctor"; then
 	ok "hutch doctor: backend cgroup2-systemd-scope"
 else
