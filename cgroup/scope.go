@@ -39,15 +39,15 @@ func joinScope(ctx context.Context, bus, name string) (unit string, err error) {
 		}
 	})
 	defer stop()
-	conn, err := sddbus.NewConnection(func() (*dbus.Conn, error) {
-		c, err := dialUserBus(ctx, bus)
-		if err == nil {
-			mu.Lock()
-			raw = append(raw, c)
-			mu.Unlock()
+	register := func(c *dbus.Conn) {
+		mu.Lock()
+		defer mu.Unlock()
+		raw = append(raw, c)
+		if ctx.Err() != nil {
+			c.Close() // the context ended before this connection was known
 		}
-		return c, err
-	})
+	}
+	conn, err := sddbus.NewConnection(func() (*dbus.Conn, error) { return dialUserBus(ctx, bus, register) })
 	if err != nil {
 		if ctx.Err() != nil {
 			err = ctx.Err()
@@ -79,11 +79,14 @@ func joinScope(ctx context.Context, bus, name string) (unit string, err error) {
 
 // dialUserBus connects and authenticates to bus. systemd's private socket
 // speaks D-Bus directly (no Hello); a session bus needs the Hello call.
-func dialUserBus(ctx context.Context, bus string) (*dbus.Conn, error) {
+// register receives the connection before authentication, so that the
+// caller can close it, and so unblock authentication, when its context ends.
+func dialUserBus(ctx context.Context, bus string, register func(*dbus.Conn)) (*dbus.Conn, error) {
 	c, err := dbus.Dial("unix:path="+bus, dbus.WithContext(ctx))
 	if err != nil {
 		return nil, err
 	}
+	register(c)
 	if err := c.Auth([]dbus.Auth{dbus.AuthExternal(strconv.Itoa(os.Getuid()))}); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("authenticate: %w", err)
