@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -42,25 +41,34 @@ func seccompFilter(ctx context.Context, p *policy.Policy, logger *slog.Logger) (
 		raw = b
 	}
 	watch, _ := seccompprofiles.NotifyAvailable()
+	compile := func(ctx context.Context) (*seccompprofiles.Filter, error) {
+		var prof *seccompprofiles.Profile
+		var err error
+		if name == "default" {
+			prof = seccompprofiles.Default()
+		} else if prof, err = seccompprofiles.Parse(raw, name); err != nil {
+			return nil, err
+		}
+		if watch {
+			prof = seccompprofiles.WatchNetwork(prof)
+		}
+		cache := &seccompprofiles.Cache{Dir: seccompprofiles.DefaultCacheDir(), Logger: logger}
+		f, _, err := cache.Compile(ctx, prof, seccompprofiles.Options{Notify: true})
+		if err != nil {
+			return nil, fmt.Errorf("seccomp profile %s: %w", name, err)
+		}
+		return f, nil
+	}
 	fastPath := fastFilterPath(raw, watch)
-	if f := loadFastFilter(fastPath); f != nil {
+	// On a hit, the denial tables come from the compile cache (through the
+	// same compile) the first time a command hits a denial.
+	if f := loadFastFilter(fastPath, func() (*seccompprofiles.Filter, error) { return compile(context.Background()) }); f != nil {
 		logger.Debug("seccomp filter cache hit", "path", fastPath)
 		return f, name, nil
 	}
-	var prof *seccompprofiles.Profile
-	var err error
-	if name == "default" {
-		prof = seccompprofiles.Default()
-	} else if prof, err = seccompprofiles.Parse(raw, name); err != nil {
-		return nil, "", err
-	}
-	if watch {
-		prof = seccompprofiles.WatchNetwork(prof)
-	}
-	cache := &seccompprofiles.Cache{Dir: seccompprofiles.DefaultCacheDir(), Logger: logger}
-	f, _, err := cache.Compile(ctx, prof, seccompprofiles.Options{Notify: true})
+	f, err := compile(ctx)
 	if err != nil {
-		return nil, "", fmt.Errorf("seccomp profile %s: %w", name, err)
+		return nil, "", err
 	}
 	storeFastFilter(fastPath, f)
 	return f, name, nil
@@ -91,14 +99,14 @@ func fastFilterPath(raw []byte, watch bool) string {
 	return filepath.Join(dir, "raw-"+hex.EncodeToString(h.Sum(nil)))
 }
 
-// The fast cache keeps two files per profile: PATH.bpf, the program itself
-// (magic, a notify byte, struct sock_filter[]), read on every start, and
-// PATH.json, the whole Filter with its denial tables, decoded only when a
-// command first hits a denial (decoding JSON in a fresh process costs ~1 ms
-// of reflection set-up).
+// The fast cache keeps the program of a profile in PATH.bpf (magic, a
+// notify byte, struct sock_filter[]), read on every start. The denial
+// tables are not in it: decoding them costs a fresh process ~1 ms of JSON
+// reflection set-up, so they are fetched by tables, from the compile cache,
+// only when a command first hits a denial.
 const fastMagic = "hutch-bpf-v1\x00"
 
-func loadFastFilter(path string) *seccompprofiles.Filter {
+func loadFastFilter(path string, tables func() (*seccompprofiles.Filter, error)) *seccompprofiles.Filter {
 	if path == "" {
 		return nil
 	}
@@ -111,26 +119,12 @@ func loadFastFilter(path string) *seccompprofiles.Filter {
 		return nil
 	}
 	f := &seccompprofiles.Filter{BPF: bpf, Notify: b[len(fastMagic)] == 1}
-	f.LoadTablesLazily(func() (*seccompprofiles.Filter, error) {
-		b, err := os.ReadFile(path + ".json")
-		if err != nil {
-			return nil, err
-		}
-		full := new(seccompprofiles.Filter)
-		if err := json.Unmarshal(b, full); err != nil {
-			return nil, err
-		}
-		return full, nil
-	})
+	f.LoadTablesLazily(tables)
 	return f
 }
 
 func storeFastFilter(path string, f *seccompprofiles.Filter) {
-	if path == "" || f.NotifyUnavailable != "" {
-		return
-	}
-	j, err := json.Marshal(f)
-	if err != nil || os.MkdirAll(filepath.Dir(path), 0o700) != nil {
+	if path == "" || f.NotifyUnavailable != "" || os.MkdirAll(filepath.Dir(path), 0o700) != nil {
 		return
 	}
 	b := append([]byte(fastMagic), 0)
@@ -138,16 +132,9 @@ func storeFastFilter(path string, f *seccompprofiles.Filter) {
 		b[len(fastMagic)] = 1
 	}
 	b = append(b, f.BPF...)
-	// The tables first: a reader that finds the program finds them too.
-	for _, w := range []struct {
-		ext  string
-		data []byte
-	}{{".json", j}, {".bpf", b}} {
-		tmp := fmt.Sprintf("%s%s.%d.tmp", path, w.ext, os.Getpid())
-		if os.WriteFile(tmp, w.data, 0o600) != nil || os.Rename(tmp, path+w.ext) != nil {
-			_ = os.Remove(tmp)
-			return
-		}
+	tmp := fmt.Sprintf("%s.bpf.%d.tmp", path, os.Getpid())
+	if os.WriteFile(tmp, b, 0o600) != nil || os.Rename(tmp, path+".bpf") != nil {
+		_ = os.Remove(tmp)
 	}
 }
 
