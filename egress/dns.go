@@ -176,11 +176,7 @@ func (p *Proxy) ServeDNS(ctx context.Context, pc net.PacketConn) error {
 				return fmt.Errorf("egress DNS: read: %w", err)
 			}
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
+			if !sleepCtx(ctx, backoff) {
 				return nil
 			}
 			continue

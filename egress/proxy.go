@@ -196,11 +196,7 @@ func (p *Proxy) serve(ctx context.Context, ln net.Listener, handle, busy func(co
 			}
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 			p.log.Warn("egress proxy: accept failed; retrying", "listener", ln.Addr().String(), "err", err, "backoff", backoff)
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
+			if !sleepCtx(ctx, backoff) {
 				return nil
 			}
 			continue
@@ -379,5 +375,17 @@ func Env(httpPort, socksPort int) []string {
 		"PIP_PROXY=" + httpURL,
 		// Cargo's http.proxy.
 		"CARGO_HTTP_PROXY=" + httpURL,
+	}
+}
+
+// sleepCtx waits d, or until ctx ends; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
