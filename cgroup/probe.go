@@ -31,7 +31,8 @@ type Host struct {
 	// Backend is what New would use: one of the Backend* names.
 	Backend string `json:"backend"`
 	// Where are the directories the sandbox cgroups would be made in (one
-	// per hierarchy on v1); empty for rlimit.
+	// per hierarchy on v1); empty for rlimit, and for cgroup2-systemd-scope,
+	// whose scope exists only once New asks for it.
 	Where []string `json:"where,omitempty"`
 	// Controllers are the ones the sandbox cgroup would have, of memory,
 	// pids and cpu: the limits that can be enforced.
@@ -212,7 +213,7 @@ func probe(parent string) Host {
 			} else {
 				h.Backend = BackendV2Scope
 				h.scopeFallback = fallback
-				h.Where = []string{bus}
+				h.Where = nil // the scope, and so its path, exists only once New asks for it
 				h.Controllers = nil
 				for _, c := range wanted {
 					if slices.Contains(avail, c) {
@@ -654,8 +655,10 @@ func (h Host) String() string {
 		fmt.Fprintf(&b, "  systemd user bus: %s\n", h.SystemdUserBus)
 	}
 	fmt.Fprintf(&b, "backend: %s: %s\n", h.Backend, h.Reason)
-	if len(h.Where) > 0 {
-		fmt.Fprintf(&b, "  sandbox cgroups in: %s\n", strings.Join(h.Where, ", "))
+	if h.Backend != BackendRlimit && h.Backend != "" {
+		if len(h.Where) > 0 {
+			fmt.Fprintf(&b, "  sandbox cgroups in: %s\n", strings.Join(h.Where, ", "))
+		}
 		fmt.Fprintf(&b, "  limits enforced: %s\n", limitsEnforced(h.Controllers))
 		start := "AddProc right after the init starts (no CLONE_INTO_CGROUP on cgroup v1)"
 		if h.CloneIntoCgroup {

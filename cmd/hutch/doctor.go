@@ -165,7 +165,11 @@ func diagnose(ctx context.Context) *doctorReport {
 	case cgroup.BackendRlimit, "":
 		r.Areas["RESOURCES"] = "partly: no usable cgroup, so memory, pids and cpus are per-process rlimits (RLIMIT_AS, RLIMIT_NPROC); file size, open files, tmpfs sizes and the timeout are enforced. Fix: " + r.Cgroup.Reason
 	default:
-		r.Areas["RESOURCES"] = fmt.Sprintf("enforced: %s (%s), controllers %s; file size, open files, tmpfs sizes and the timeout too", b, strings.Join(r.Cgroup.Where, ", "), strings.Join(r.Cgroup.Controllers, ", "))
+		where := strings.Join(r.Cgroup.Where, ", ")
+		if where == "" {
+			where = r.Cgroup.Reason
+		}
+		r.Areas["RESOURCES"] = fmt.Sprintf("enforced: %s (%s), controllers %s; file size, open files, tmpfs sizes and the timeout too", b, where, strings.Join(r.Cgroup.Controllers, ", "))
 	}
 	net := "enforced: network namespace with loopback only; egress only through hutch's allowlisting proxy"
 	if st.ABI >= 4 {
@@ -188,7 +192,11 @@ func printDoctor(r *doctorReport) {
 	}
 	row("cgroup", fmt.Sprintf("%s; backend %s", r.Cgroup.Mode, r.Cgroup.Backend))
 	if len(r.Cgroup.Controllers) > 0 {
-		row("", "controllers: "+strings.Join(r.Cgroup.Controllers, ", ")+" in "+strings.Join(r.Cgroup.Where, ", "))
+		in := ""
+		if len(r.Cgroup.Where) > 0 {
+			in = " in " + strings.Join(r.Cgroup.Where, ", ")
+		}
+		row("", "controllers: "+strings.Join(r.Cgroup.Controllers, ", ")+in)
 	}
 	if r.Cgroup.Backend == cgroup.BackendRlimit {
 		for _, rj := range r.Cgroup.Rejected {
