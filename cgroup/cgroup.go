@@ -29,11 +29,11 @@
 // start time in clock ticks since boot, field 22 of /proc/PID/stat, so that
 // a reused pid does not look alive). ReapStale touches nothing else.
 //
-// The package is built on github.com/containerd/cgroups/v3 (mode detection,
-// /proc/PID/cgroup parsing, writing limits, reading statistics); choosing
-// where to create the cgroup, killing, removing and reaping are done here,
-// since they must never write to a cgroup hutch did not create. See
-// docs/RESOURCES.md.
+// It writes cgroupfs directly (a handful of control files per backend; no
+// cgroup library, whose dependencies cost every hutch start a millisecond):
+// choosing where to create the cgroup, setting limits, reading statistics,
+// killing, removing and reaping, never writing to a cgroup hutch did not
+// create. See docs/RESOURCES.md.
 package cgroup
 
 import (

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	cgroups "github.com/containerd/cgroups/v3"
 )
 
 // Host is what Probe found: the cgroup layout, where hutch would create a
@@ -97,10 +95,9 @@ type v2plan struct {
 
 // v1hier is one cgroup v1 hierarchy New creates the sandbox cgroup in.
 type v1hier struct {
-	ctrl    string
-	mount   string
-	libRoot string // directory with ctrl in it, for containerd's cgroup1 package
-	base    string // absolute directory the sandbox cgroup is made in
+	ctrl  string
+	mount string
+	base  string // absolute directory the sandbox cgroup is made in
 }
 
 // wanted are the controllers hutch uses; required must all be there for a
@@ -121,19 +118,10 @@ func Probe() Host {
 func probe(parent string) Host {
 	h := Host{UID: os.Getuid(), Kernel: kernelRelease()}
 	root := h.UID == 0
-	switch cgroups.Mode() {
-	case cgroups.Unified:
-		h.Mode = "v2"
-	case cgroups.Hybrid:
-		h.Mode = "hybrid"
-	case cgroups.Legacy:
-		h.Mode = "v1"
-	default:
-		h.Mode = "none"
-	}
+	h.Mode = hostMode()
 	mounts, _ := parseMountinfo("/proc/self/mountinfo")
-	v1own, v2own, err := cgroups.ParseCgroupFileUnified("/proc/self/cgroup")
-	if err != nil || h.Mode == "none" {
+	v1own, v2own, err := parseProcCgroup("/proc/self/cgroup")
+	if err != nil || h.Mode == modeNone {
 		h.Backend = BackendRlimit
 		h.Reason = "no cgroup filesystem at /sys/fs/cgroup"
 		if err != nil {
@@ -147,16 +135,16 @@ func probe(parent string) Host {
 	if root {
 		v2name = BackendV2Root
 	}
-	if h.Mode == "v2" || h.Mode == "hybrid" {
+	if h.Mode == modeV2 || h.Mode == modeHybrid {
 		mount := "/sys/fs/cgroup"
-		if h.Mode == "hybrid" {
+		if h.Mode == modeHybrid {
 			mount = "/sys/fs/cgroup/unified"
 		}
 		own := relToMount(v2own, mountRoot(mounts, mount))
 		h.V2 = &V2Host{Mount: mount, Own: own, RootControllers: readFields(filepath.Join(mount, "cgroup.controllers"))}
 		if missing := missingOf(h.V2.RootControllers, required); len(missing) > 0 {
 			why := fmt.Sprintf("the cgroup v2 hierarchy at %s has controllers [%s], not %s", mount, strings.Join(h.V2.RootControllers, " "), strings.Join(missing, " and "))
-			if h.Mode == "hybrid" {
+			if h.Mode == modeHybrid {
 				why += " (on this hybrid host they are bound to cgroup v1 hierarchies)"
 			}
 			h.Rejected = append(h.Rejected, Rejection{v2name, why})
@@ -197,7 +185,7 @@ func probe(parent string) Host {
 	if h.Backend == v2name && !root && parent == "" && h.v2plan != nil && !h.v2plan.moveSelf && !ownIsHutchLeaf(h.V2) {
 		fallback = h.Reason
 	}
-	if (h.Backend == "" || fallback != "") && h.Mode == "v2" && !root {
+	if (h.Backend == "" || fallback != "") && h.Mode == modeV2 && !root {
 		bus := userBus(h.UID)
 		if bus == "" {
 			h.Rejected = append(h.Rejected, Rejection{BackendV2Scope, fmt.Sprintf("no systemd user manager bus for uid %d (no $DBUS_SESSION_BUS_ADDRESS socket, no $XDG_RUNTIME_DIR/bus or /run/user/%d/bus, no systemd/private socket there)", h.UID, h.UID)})
@@ -237,7 +225,7 @@ func probe(parent string) Host {
 	if !root && v1Writable(mounts, v1own) {
 		v1name = BackendV1Delegated
 	}
-	if h.Mode == "v1" || h.Mode == "hybrid" {
+	if h.Mode == modeV1 || h.Mode == modeHybrid {
 		hiers, info, why := planV1(mounts, v1own, parent)
 		h.V1 = info
 		switch {
@@ -297,7 +285,7 @@ func unavailableReason(h Host) string {
 	}
 	switch {
 	case h.UID == 0:
-	case h.Mode == "v2":
+	case h.Mode == modeV2:
 		b.WriteString("; enable delegation: systemctl edit user@.service → [Service] Delegate=yes (then log in again), " +
 			"or start hutch in a delegated scope: systemd-run --user --scope -p Delegate=yes hutch ...")
 	default:
@@ -429,12 +417,6 @@ func planV1(mounts []mountEntry, own map[string]string, parent string) ([]v1hier
 			base = filepath.Join(m.point, filepath.Clean("/"+parent))
 		}
 		hi := V1Hierarchy{Controller: ctrl, Mount: m.point, Own: ownRel}
-		libRoot := filepath.Dir(m.point)
-		if !sameDir(filepath.Join(libRoot, ctrl), m.point) {
-			info = append(info, hi)
-			problems = append(problems, fmt.Sprintf("the %s hierarchy is mounted at %s, not reachable as %s", ctrl, m.point, filepath.Join(libRoot, ctrl)))
-			continue
-		}
 		err := writable(base)
 		if err == nil {
 			err = writable(filepath.Join(base, "cgroup.procs"))
@@ -448,7 +430,7 @@ func planV1(mounts []mountEntry, own map[string]string, parent string) ([]v1hier
 			}
 			continue
 		}
-		hiers = append(hiers, v1hier{ctrl: ctrl, mount: m.point, libRoot: libRoot, base: base})
+		hiers = append(hiers, v1hier{ctrl: ctrl, mount: m.point, base: base})
 	}
 	if len(unwritable) > 0 {
 		p := fmt.Sprintf("uid %d may not write %s (%v)", os.Getuid(), strings.Join(unwritable, ", "), why)

@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	cgroups "github.com/containerd/cgroups/v3"
 )
 
 // ReapStale removes the cgroups hutch supervisors left behind when they
@@ -94,17 +92,17 @@ func stalePlaces() []string {
 		}
 	}
 	mounts, _ := parseMountinfo("/proc/self/mountinfo")
-	v1own, v2own, err := cgroups.ParseCgroupFileUnified("/proc/self/cgroup")
+	v1own, v2own, err := parseProcCgroup("/proc/self/cgroup")
 	if err != nil {
 		return nil
 	}
-	switch cgroups.Mode() {
-	case cgroups.Unified:
+	switch hostMode() {
+	case modeV2:
 		add("/sys/fs/cgroup", relToMount(v2own, mountRoot(mounts, "/sys/fs/cgroup")))
-	case cgroups.Hybrid:
+	case modeHybrid:
 		add("/sys/fs/cgroup/unified", relToMount(v2own, mountRoot(mounts, "/sys/fs/cgroup/unified")))
 		fallthrough
-	case cgroups.Legacy:
+	case modeV1:
 		for _, ctrl := range wanted {
 			if m, ok := findV1Mount(mounts, ctrl); ok {
 				add(m.point, relToMount(v1own[ctrl], m.root))

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -275,5 +276,67 @@ func TestUserBus(t *testing.T) {
 	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
 	if got := userBus(os.Getuid()); got != "" {
 		t.Errorf("userBus without a socket = %q", got)
+	}
+}
+
+func TestParseProcCgroup(t *testing.T) {
+	dir := t.TempDir()
+	write := func(s string) string {
+		p := filepath.Join(dir, "cgroup")
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	v1, v2, err := parseProcCgroup(write("12:pids:/user.slice/u\n5:cpu,cpuacct:/a\n1:name=systemd:/s\n0::/user.slice/x.scope\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"pids": "/user.slice/u", "cpu": "/a", "cpuacct": "/a", "name=systemd": "/s"}
+	if !reflect.DeepEqual(v1, want) || v2 != "/user.slice/x.scope" {
+		t.Fatalf("got %v %q, want %v %q", v1, v2, want, "/user.slice/x.scope")
+	}
+	// A pure v2 host: no v1 entries.
+	v1, v2, err = parseProcCgroup(write("0::/\n"))
+	if err != nil || len(v1) != 0 || v2 != "/" {
+		t.Fatalf("v2 only: got %v %q %v", v1, v2, err)
+	}
+	// A path may contain ':'.
+	_, v2, err = parseProcCgroup(write("0::/a:b\n"))
+	if err != nil || v2 != "/a:b" {
+		t.Fatalf("colon in path: got %q %v", v2, err)
+	}
+	if _, _, err = parseProcCgroup(write("garbage\n")); err == nil || !strings.Contains(err.Error(), "garbage") {
+		t.Fatalf("malformed line: err %v", err)
+	}
+}
+
+func TestHostMode(t *testing.T) {
+	m := hostMode()
+	var st unix.Statfs_t
+	switch err := unix.Statfs("/sys/fs/cgroup", &st); {
+	case err != nil:
+		if m != modeNone {
+			t.Fatalf("no /sys/fs/cgroup but mode %q", m)
+		}
+	case st.Type == unix.CGROUP2_SUPER_MAGIC:
+		if m != modeV2 {
+			t.Fatalf("/sys/fs/cgroup is cgroup2 but mode %q", m)
+		}
+	default:
+		if m != modeV1 && m != modeHybrid {
+			t.Fatalf("/sys/fs/cgroup is not cgroup2 but mode %q", m)
+		}
+	}
+	// The mode agrees with what /proc/self/cgroup lists.
+	v1, v2, err := parseProcCgroup("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m == modeV2 && len(v1) > 0 {
+		t.Fatalf("mode v2 but v1 hierarchies %v", v1)
+	}
+	if (m == modeV1 || m == modeHybrid) && len(v1) == 0 {
+		t.Fatalf("mode %s but no v1 hierarchy in /proc/self/cgroup (v2 %q)", m, v2)
 	}
 }

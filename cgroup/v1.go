@@ -6,11 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 
-	"github.com/containerd/cgroups/v3/cgroup1"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"strconv"
 )
 
 // v1cgroup is a sandbox cgroup on cgroup v1: a directory named
@@ -20,7 +18,6 @@ type v1cgroup struct {
 	leaf    string
 	hiers   []v1hier
 	dirs    []string // one per hierarchy, memory first
-	cg      cgroup1.Cgroup
 
 	mu      sync.Mutex
 	removed bool
@@ -43,9 +40,9 @@ func newV1(ctx context.Context, h Host, leaf string, l Limits) (Cgroup, error) {
 			c.Remove()
 		}
 	}()
-	// Create the directories here, not with MkdirAll in cgroup1.New, so
-	// that an existing cgroup is never taken over and Remove removes only
-	// what was made.
+	// Create the directories one level deep, never with MkdirAll, so that
+	// an existing cgroup is never taken over and Remove removes only what
+	// was made.
 	for _, x := range hiers {
 		d := filepath.Join(x.base, leaf)
 		if err := os.Mkdir(d, 0o755); err != nil {
@@ -53,54 +50,37 @@ func newV1(ctx context.Context, h Host, leaf string, l Limits) (Cgroup, error) {
 		}
 		c.dirs = append(c.dirs, d)
 	}
-	var subsystems []cgroup1.Subsystem
-	paths := map[cgroup1.Name]string{}
-	for _, x := range hiers {
-		var s cgroup1.Subsystem
+	for i, x := range hiers {
+		d := c.dirs[i]
+		var err error
 		switch x.ctrl {
 		case "memory":
-			s = cgroup1.NewMemory(x.libRoot, cgroup1.OptionalSwap())
+			if l.MemoryBytes > 0 {
+				m := strconv.FormatInt(l.MemoryBytes, 10)
+				err = writeLimit(d, "memory.limit_in_bytes", m)
+				// memsw (memory+swap) equal to the memory limit: no swap.
+				// Absent when the kernel does not account swap.
+				if err == nil && exists(filepath.Join(d, "memory.memsw.limit_in_bytes")) {
+					err = writeLimit(d, "memory.memsw.limit_in_bytes", m)
+				}
+			}
 		case "pids":
-			s = cgroup1.NewPids(x.libRoot)
+			if l.Pids > 0 {
+				err = writeLimit(d, "pids.max", strconv.FormatInt(l.Pids, 10))
+			}
 		case "cpu":
-			s = cgroup1.NewCpu(x.libRoot)
-		}
-		subsystems = append(subsystems, s)
-		paths[s.Name()] = "/" + strings.TrimPrefix(rel(x.mount, filepath.Join(x.base, leaf)), "/")
-	}
-	res := &specs.LinuxResources{}
-	if l.MemoryBytes > 0 {
-		m := l.MemoryBytes
-		res.Memory = &specs.LinuxMemory{Limit: &m}
-		for _, x := range hiers {
-			// memsw (memory+swap) equal to the memory limit: no swap.
-			if x.ctrl == "memory" && exists(filepath.Join(x.base, leaf, "memory.memsw.limit_in_bytes")) {
-				sw := m
-				res.Memory.Swap = &sw
+			if l.CPUs > 0 {
+				// The period first: the quota is checked against it.
+				err = writeLimit(d, "cpu.cfs_period_us", strconv.Itoa(cpuPeriod))
+				if err == nil {
+					err = writeLimit(d, "cpu.cfs_quota_us", strconv.FormatInt(cpuQuota(l.CPUs), 10))
+				}
 			}
 		}
-	}
-	if l.Pids > 0 {
-		p := l.Pids
-		res.Pids = &specs.LinuxPids{Limit: &p}
-	}
-	if l.CPUs > 0 {
-		q := cpuQuota(l.CPUs)
-		per := uint64(cpuPeriod)
-		res.CPU = &specs.LinuxCPU{Quota: &q, Period: &per}
-	}
-	path := func(n cgroup1.Name) (string, error) {
-		if p, ok := paths[n]; ok {
-			return p, nil
+		if err != nil {
+			return nil, err
 		}
-		return "", cgroup1.ErrControllerNotActive
 	}
-	cg, err := cgroup1.New(path, res,
-		cgroup1.WithHierarchy(func() ([]cgroup1.Subsystem, error) { return subsystems, nil }))
-	if err != nil {
-		return nil, fmt.Errorf("cgroup: set limits %+v in %s: %w", l, strings.Join(c.dirs, ", "), err)
-	}
-	c.cg = cg
 	ok = true
 	return c, nil
 }
@@ -123,8 +103,10 @@ func (c *v1cgroup) AddProc(pid int) error {
 	if pid <= 0 {
 		return fmt.Errorf("cgroup: invalid pid %d", pid)
 	}
-	if err := c.cg.Add(cgroup1.Process{Pid: pid}); err != nil {
-		return fmt.Errorf("cgroup: add pid %d to %s: %w", pid, strings.Join(c.dirs, ", "), err)
+	for _, d := range c.dirs {
+		if err := writeString(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+			return fmt.Errorf("cgroup: add pid %d to %s: %w", pid, d, err)
+		}
 	}
 	return nil
 }
@@ -140,19 +122,22 @@ func (c *v1cgroup) Events() (Events, error) {
 
 func (c *v1cgroup) read() (Events, error) {
 	var e Events
-	st, err := c.cg.Stat(cgroup1.IgnoreNotExist)
-	if err != nil {
-		return e, fmt.Errorf("cgroup: read statistics of %s: %w", strings.Join(c.dirs, ", "), err)
+	if d := c.dir("memory"); d != "" {
+		// oom_kill in memory.oom_control: Linux 4.13 and later.
+		oc, err := readKV(filepath.Join(d, "memory.oom_control"))
+		if err != nil {
+			return e, fmt.Errorf("cgroup: read statistics of %s: %w", d, err)
+		}
+		e.OOMKills = oc["oom_kill"]
+		if v, err := readUint(filepath.Join(d, "memory.max_usage_in_bytes")); err == nil {
+			e.MemoryPeak = v
+		}
 	}
-	if st.MemoryOomControl != nil {
-		e.OOMKills = st.MemoryOomControl.OomKill
-	}
-	if st.Memory != nil && st.Memory.Usage != nil {
-		e.MemoryPeak = st.Memory.Usage.Max
-	}
-	if st.CPU != nil && st.CPU.Throttling != nil {
-		e.CPUThrottled = st.CPU.Throttling.ThrottledPeriods
-		e.CPUThrottledUsec = st.CPU.Throttling.ThrottledTime / 1000
+	if d := c.dir("cpu"); d != "" {
+		if st, err := readKV(filepath.Join(d, "cpu.stat")); err == nil {
+			e.CPUThrottled = st["nr_throttled"]
+			e.CPUThrottledUsec = st["throttled_time"] / 1000 // ns
+		}
 	}
 	if d := c.dir("pids"); d != "" {
 		if kv, err := readKV(filepath.Join(d, "pids.events")); err == nil {
@@ -186,7 +171,7 @@ func (c *v1cgroup) Remove() error {
 	if c.removed {
 		return nil
 	}
-	if c.cg != nil {
+	if len(c.dirs) == len(c.hiers) {
 		if e, err := c.read(); err == nil {
 			c.final = e
 		}

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/containerd/cgroups/v3/cgroup2"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,7 +21,6 @@ type v2cgroup struct {
 	backend string
 	dir     string
 	leaf    string
-	mgr     *cgroup2.Manager
 
 	mu      sync.Mutex
 	fd      int // O_PATH of dir; -1 once closed
@@ -53,26 +51,20 @@ func newV2(ctx context.Context, h Host, leaf string, l Limits) (Cgroup, error) {
 			c.Remove()
 		}
 	}()
-	mgr, err := cgroup2.Load("/"+strings.TrimPrefix(rel(plan.mount, dir), "/"), cgroup2.WithMountpoint(plan.mount))
-	if err != nil {
-		return nil, fmt.Errorf("cgroup: load %s: %w", dir, err)
-	}
-	c.mgr = mgr
-	res := &cgroup2.Resources{}
 	if l.MemoryBytes > 0 {
-		m := l.MemoryBytes
-		res.Memory = &cgroup2.Memory{Max: &m}
+		if err := writeLimit(dir, "memory.max", strconv.FormatInt(l.MemoryBytes, 10)); err != nil {
+			return nil, err
+		}
 	}
 	if l.Pids > 0 {
-		res.Pids = &cgroup2.Pids{Max: l.Pids}
+		if err := writeLimit(dir, "pids.max", strconv.FormatInt(l.Pids, 10)); err != nil {
+			return nil, err
+		}
 	}
 	if l.CPUs > 0 {
-		q := cpuQuota(l.CPUs)
-		p := uint64(cpuPeriod)
-		res.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(&q, &p)}
-	}
-	if err := mgr.Update(res); err != nil {
-		return nil, fmt.Errorf("cgroup: set limits %+v in %s: %w", l, dir, err)
+		if err := writeLimit(dir, "cpu.max", fmt.Sprintf("%d %d", cpuQuota(l.CPUs), cpuPeriod)); err != nil {
+			return nil, err
+		}
 	}
 	// No swap. The file is missing when the kernel does not account swap
 	// (CONFIG_MEMCG_SWAP off, or swapaccount=0): then there is nothing to cap.
@@ -171,7 +163,7 @@ func (c *v2cgroup) AddProc(pid int) error {
 	if pid <= 0 {
 		return fmt.Errorf("cgroup: invalid pid %d", pid)
 	}
-	if err := c.mgr.AddProc(uint64(pid)); err != nil {
+	if err := writeString(c.file("cgroup.procs"), strconv.Itoa(pid)); err != nil {
 		return fmt.Errorf("cgroup: add pid %d to %s: %w", pid, c.dir, err)
 	}
 	return nil
@@ -188,19 +180,18 @@ func (c *v2cgroup) Events() (Events, error) {
 
 func (c *v2cgroup) read() (Events, error) {
 	var e Events
-	st, err := c.mgr.StatFiltered(cgroup2.StatCPU | cgroup2.StatMemory | cgroup2.StatMemoryEvents)
-	if err != nil {
+	ev, err := readKV(c.file("memory.events"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return e, fmt.Errorf("cgroup: read statistics of %s: %w", c.dir, err)
 	}
-	if st.MemoryEvents != nil {
-		e.OOMKills = st.MemoryEvents.OomKill
+	e.OOMKills = ev["oom_kill"]
+	if st, err := readKV(c.file("cpu.stat")); err == nil {
+		e.CPUThrottled = st["nr_throttled"]
+		e.CPUThrottledUsec = st["throttled_usec"]
 	}
-	if st.CPU != nil {
-		e.CPUThrottled = st.CPU.NrThrottled
-		e.CPUThrottledUsec = st.CPU.ThrottledUsec
-	}
-	if st.Memory != nil {
-		e.MemoryPeak = st.Memory.MaxUsage
+	// memory.peak: Linux 5.19 and later.
+	if v, err := readUint(c.file("memory.peak")); err == nil {
+		e.MemoryPeak = v
 	}
 	if kv, err := readKV(c.file("pids.events")); err == nil {
 		e.PidsMaxHits = kv["max"]
@@ -248,7 +239,7 @@ func (c *v2cgroup) Remove() error {
 	if c.removed {
 		return nil
 	}
-	if c.mgr != nil {
+	if exists(c.dir) {
 		if e, err := c.read(); err == nil {
 			c.final = e
 		}
