@@ -51,6 +51,9 @@ type SessionOptions struct {
 	// Timing asks for per-stage timings.
 	Timing bool
 	Logger *slog.Logger
+	// Prestarted is an init started early (package nsjail/prestart, used by
+	// the hutch command); NewSession adopts it or discards it.
+	Prestarted *nsjail.Prestarted
 }
 
 // Session is a running sandbox: namespaces, root filesystem, egress proxy
@@ -102,6 +105,7 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 		p = policy.Default()
 	}
 	s := &Session{p: p, o: *o, closed: make(chan struct{}), id: seclog.NewSandboxID()}
+	defer o.Prestarted.Discard() // a no-op once the launch adopted it
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -130,7 +134,7 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 			s.warnings = append(s.warnings, w)
 		}
 	}
-	cfg := &nsjail.Config{Executable: o.Executable, Logger: o.Logger}
+	cfg := &nsjail.Config{Executable: o.Executable, Logger: o.Logger, Prestarted: o.Prestarted}
 	if o.Diagnostics != nil {
 		cfg.Stderr = o.Diagnostics
 	}
@@ -506,6 +510,8 @@ type RunOptions struct {
 	Timing         bool
 	SecurityLog    *seclog.Log
 	Logger         *slog.Logger
+	// Prestarted: see SessionOptions.
+	Prestarted *nsjail.Prestarted
 }
 
 // Run executes one command in a fresh sandbox and tears the sandbox down.
@@ -518,6 +524,7 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 	sess, err := NewSession(ctx, &SessionOptions{
 		Policy: o.Policy, HostEnv: o.HostEnv, Executable: o.Executable,
 		SecurityLog: o.SecurityLog, Diagnostics: o.Stderr, Timing: o.Timing, Logger: o.Logger,
+		Prestarted: o.Prestarted,
 	})
 	if err != nil {
 		return nil, err

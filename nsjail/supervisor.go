@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -54,6 +55,35 @@ type Config struct {
 	// AfterStart runs with the init's pid before the init is configured
 	// (and so before it runs any command): e.g. joining a v1 cgroup.
 	AfterStart func(pid int) error
+	// Prestarted, when set, is an init already started in its namespaces
+	// (see package prestart); Launch adopts it instead of starting one, or
+	// discards it when it cannot be used (a cgroup it cannot be moved into)
+	// and starts one the usual way.
+	Prestarted *Prestarted
+}
+
+// Prestarted is an init started before the Go runtime (package prestart):
+// a child of this process in the seven new namespaces, waiting for its
+// setup on Control.
+type Prestarted struct {
+	Pid     int
+	Control *os.File
+	// Forked is when it was cloned (CLOCK_MONOTONIC), for timings.
+	Forked unix.Timespec
+}
+
+// Discard ends a prestarted init that is not used: closing the control
+// socket makes it exit; it is killed and reaped in any case.
+func (p *Prestarted) Discard() {
+	if p == nil || p.Control == nil {
+		return
+	}
+	p.Control.Close()
+	p.Control = nil
+	if proc, err := os.FindProcess(p.Pid); err == nil {
+		_ = proc.Kill()
+		_, _ = proc.Wait()
+	}
 }
 
 // Sandbox is a running sandbox: an init holding the namespaces.
@@ -144,6 +174,19 @@ func (e *SetupError) Unwrap() error { return e.Err }
 // calling goroutine's OS thread's process (parent-death signal) and with
 // Close; until Configure succeeds it runs nothing.
 func Launch(cfg *Config) (*Sandbox, error) {
+	if pre := cfg.Prestarted; pre != nil && pre.Control != nil {
+		s, err := adopt(cfg, pre)
+		if err == nil {
+			if cfg.Logger != nil {
+				cfg.Logger.Debug("sandbox init: prestarted before the Go runtime, adopted", "pid", s.initPid)
+			}
+			return s, nil
+		}
+		pre.Discard()
+		if cfg.Logger != nil {
+			cfg.Logger.Debug("prestarted init not used; launching another", "reason", err)
+		}
+	}
 	exe := cfg.Executable
 	if exe == "" {
 		exe = "/proc/self/exe"
@@ -206,6 +249,51 @@ func Launch(cfg *Config) (*Sandbox, error) {
 	return s, nil
 }
 
+// adopt makes a Sandbox of a prestarted init: it joins its cgroup (a
+// prestarted init could not be cloned into it) before it runs anything.
+func adopt(cfg *Config, pre *Prestarted) (*Sandbox, error) {
+	if cfg.Executable != "" {
+		return nil, errors.New("a specific executable was asked for")
+	}
+	if cfg.CgroupFD > 0 {
+		fd, err := unix.Openat(cfg.CgroupFD, "cgroup.procs", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("open cgroup.procs: %w", err)
+		}
+		_, err = unix.Write(fd, []byte(strconv.Itoa(pre.Pid)))
+		unix.Close(fd)
+		if err != nil {
+			return nil, fmt.Errorf("move the init into its cgroup: %w", err)
+		}
+	}
+	proc, err := os.FindProcess(pre.Pid)
+	if err != nil {
+		return nil, fmt.Errorf("find the prestarted init: %w", err)
+	}
+	s := &Sandbox{
+		ctrl:       newConn(pre.Control),
+		afterStart: cfg.AfterStart,
+		launched:   make(chan struct{}),
+		initDone:   make(chan struct{}),
+		release:    make(chan struct{}),
+		procs:      map[uint64]*Process{},
+		initPid:    pre.Pid,
+		initProc:   proc,
+		forked:     pre.Forked,
+	}
+	pre.Control = nil // the Sandbox owns it now
+	close(s.launched)
+	go func() {
+		st, err := proc.Wait()
+		if err == nil && !st.Success() {
+			err = &exec.ExitError{ProcessState: st}
+		}
+		s.initErr = err
+		close(s.initDone)
+	}()
+	return s, nil
+}
+
 // Configure has the launched init build the sandbox from setup (root
 // filesystem, proxy sockets), builds and hands over the Landlock ruleset,
 // and waits until the sandbox is ready for commands. seccomp is the BPF
@@ -240,6 +328,15 @@ func (s *Sandbox) configure(ctx context.Context, setup *Setup, seccomp []byte) e
 		setup.Seccomp = true
 	}
 	if err := s.ctrl.send(&message{Op: opSetup, Setup: setup}, fds...); err != nil {
+		if errors.Is(err, unix.EPIPE) {
+			// The init is gone; it may have said why before it went
+			// (a prestarted init's failed step), and a closed peer's
+			// queue never blocks.
+			if m, fds, rerr := s.ctrl.recv(); rerr == nil && m.Op == opFail {
+				closeAll(fds)
+				return &SetupError{"build the sandbox", errors.New(m.Error)}
+			}
+		}
 		return &SetupError{"configure the sandbox", err}
 	}
 	type reply struct {

@@ -27,6 +27,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(subreaperEnv) == "1" {
+		os.Exit(subreaperMain(os.Args[1:]))
+	}
 	code, err := setup()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e setup:", err)

@@ -25,6 +25,7 @@ import (
 	"github.com/hutchsandbox/hutch"
 	// The C fast path of `hutch exec` (a constructor; see its package doc).
 	_ "github.com/hutchsandbox/hutch/execclient"
+	"github.com/hutchsandbox/hutch/nsjail/prestart"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seccompprofiles"
 	"github.com/hutchsandbox/hutch/seclog"
@@ -46,6 +47,10 @@ type exitError struct {
 func (e *exitError) Error() string { return e.msg }
 
 func run(args []string) int {
+	// The init the C constructor may have started for `hutch run` is
+	// adopted by the run action; on every other path (a usage error
+	// before the action, another command) it is ended and reaped here.
+	defer func() { prestart.Take().Discard() }()
 	app := newApp()
 	err := app.RunContext(context.Background(), args)
 	if err == nil {
@@ -142,6 +147,9 @@ func effectivePolicy(c *cli.Context) (*policy.Policy, error) {
 		p.Resources.CPUs = c.Float64("cpus")
 	}
 	if v := c.String("net"); v != "" {
+		if v != policy.NetProxy && v != policy.NetNone {
+			return nil, fmt.Errorf("--net %q: the network mode must be %q or %q", v, policy.NetProxy, policy.NetNone)
+		}
 		p.Network.Mode = v
 	}
 	if v := c.String("seccomp-profile"); v != "" {
@@ -215,6 +223,10 @@ func runCommand() *cli.Command {
 		ArgsUsage: "[--] COMMAND [ARG...]",
 		Flags:     flags,
 		Action: func(c *cli.Context) error {
+			// The init the C constructor started (if it did): adopted by
+			// the launch below, discarded on every other path.
+			pre := prestart.Take()
+			defer pre.Discard()
 			if c.NArg() == 0 {
 				return &exitError{hutch.ExitSetup, "hutch: no command given: usage: hutch run [flags] -- COMMAND [ARG...]"}
 			}
@@ -259,6 +271,7 @@ func runCommand() *cli.Command {
 				ForwardSignals: true,
 				Timing:         c.Bool("debug"),
 				Logger:         logger,
+				Prestarted:     pre,
 			})
 			if err != nil {
 				return &exitError{hutch.ExitSetup, "hutch: cannot set up the sandbox: " + err.Error()}

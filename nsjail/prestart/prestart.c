@@ -1,0 +1,174 @@
+// The early start of `hutch run`'s init: a constructor that runs before the
+// Go runtime starts. When the command line is `hutch run ...`, it clones
+// the sandbox's init into its new namespaces right away, so that the init's
+// clone and exec (3-4 ms here) overlap with the Go runtime's start, the
+// CLI, the policy and the planning instead of following them.
+//
+// It does exactly what nsjail.Launch does and nothing that depends on the
+// policy: the same seven namespaces, the invoking user mapped to root of the
+// new user namespace (setgroups denied), the parent-death signal, an empty
+// environment, /dev/null on stdin and stdout, the caller's stderr, and the
+// control socket on fd 3. The init then waits for its setup, as it does
+// after Launch. A failed clone (no user namespaces) leaves nothing started:
+// the Go side launches the init the usual way and owns the error message;
+// a failure after the clone reaches the supervisor as the init's own setup
+// failures do (a FAIL message naming the step). HUTCH_NO_PRESTART=1 turns this off.
+//
+// The Go side (prestart.go) takes the init over once, or discards it (closes
+// the control socket, which makes the init exit, kills and reaps it).
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../hutch_init.h"
+
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+#ifndef CLONE_NEWCGROUP
+#define CLONE_NEWCGROUP 0x02000000
+#endif
+
+// Read once by the Go side (prestart.go) after the runtime started; written
+// only here, before it.
+int hutch_prestart_pid = 0;
+int hutch_prestart_ctrl = -1;
+long long hutch_prestart_forked_ns = 0;
+
+// wants reports whether argv asks for `hutch run` with a command (not help,
+// not --json).
+static int wants(int argc, char **argv) {
+	if (argc < 3 || argv == NULL || argv[0] == NULL || argv[1] == NULL || strcmp(argv[1], "run") != 0)
+		return 0;
+	for (int i = 2; i < argc && argv[i] != NULL; i++) {
+		if (strcmp(argv[i], "--") == 0)
+			break;
+		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-help") == 0)
+			return 0;
+		// --json runs through the agent interface, which launches its own.
+		if (strcmp(argv[i], "--json") == 0 || strncmp(argv[i], "--json=", 7) == 0 || strcmp(argv[i], "-json") == 0)
+			return 0;
+	}
+	const char *off = getenv("HUTCH_NO_PRESTART");
+	if (off && off[0] && strcmp(off, "0") != 0)
+		return 0;
+	return 1;
+}
+
+static int write_file(const char *path, const char *s) {
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t n = strlen(s);
+	ssize_t w = write(fd, s, n);
+	close(fd);
+	return w == (ssize_t)n ? 0 : -1;
+}
+
+// fail tells the supervisor, as the init would (a FAIL message on the
+// control socket), which step failed and why, and exits.
+__attribute__((noreturn)) static void fail(int ctrl, const char *what) {
+	int e = errno;
+	char msg[256], eb[128];
+	snprintf(eb, sizeof eb, "%s", strerror(e));
+	if (eb[0] >= 'A' && eb[0] <= 'Z' && !(eb[1] >= 'A' && eb[1] <= 'Z'))
+		eb[0] = (char)(eb[0] - 'A' + 'a'); // Go's wording of errno
+	int n = snprintf(msg, sizeof msg, "start the sandbox's init: %s: %s", what, eb);
+	if (n < 0)
+		n = 0;
+	if ((size_t)n >= sizeof msg)
+		n = sizeof msg - 1;
+	unsigned char b[8 + 8 + 4 + sizeof msg + 1];
+	uint32_t op = HUTCH_OP_FAIL, zero = 0, len = (uint32_t)n;
+	uint64_t id = 0;
+	memcpy(b, &op, 4);
+	memcpy(b + 4, &zero, 4);
+	memcpy(b + 8, &id, 8);
+	memcpy(b + 16, &len, 4);
+	memcpy(b + 20, msg, (size_t)n);
+	b[20 + n] = 0;
+	ssize_t w = send(ctrl, b, 21 + (size_t)n, MSG_NOSIGNAL);
+	(void)w;
+	_exit(1);
+}
+
+// child runs in the new namespaces: maps itself, places its descriptors and
+// execs the init. Only async-signal-safe calls, in a process with one
+// thread; a failure is reported like an init's setup failure.
+__attribute__((noreturn)) static void child(int ctrl, uid_t uid, gid_t gid) {
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+		fail(ctrl, "set the parent-death signal");
+	char line[64];
+	// A process may map only its own outer ids into its new user
+	// namespace, after denying setgroups; exactly what Launch writes.
+	if (write_file("/proc/self/setgroups", "deny") < 0)
+		fail(ctrl, "write /proc/self/setgroups");
+	snprintf(line, sizeof line, "0 %u 1", (unsigned)uid);
+	if (write_file("/proc/self/uid_map", line) < 0)
+		fail(ctrl, "write /proc/self/uid_map");
+	snprintf(line, sizeof line, "0 %u 1", (unsigned)gid);
+	if (write_file("/proc/self/gid_map", line) < 0)
+		fail(ctrl, "write /proc/self/gid_map");
+	int null = open("/dev/null", O_RDWR);
+	if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0)
+		fail(ctrl, "open /dev/null");
+	if (ctrl == 3) {
+		if (fcntl(3, F_SETFD, 0) < 0) // dup2 onto itself keeps close-on-exec
+			fail(ctrl, "place the control socket");
+	} else if (dup2(ctrl, 3) < 0) {
+		fail(ctrl, "place the control socket");
+	}
+	if (syscall(SYS_close_range, 4, ~0U, 0) < 0) {
+		for (int fd = 4; fd < 4096; fd++)
+			close(fd);
+	}
+	char *argv[] = {HUTCH_INIT_MAGIC, NULL};
+	char *envp[] = {NULL};
+	execve("/proc/self/exe", argv, envp);
+	fail(3, "execute /proc/self/exe");
+}
+
+__attribute__((constructor)) static void hutch_prestart(int argc, char **argv, char **envp) {
+	(void)envp;
+	if (!wants(argc, argv))
+		return;
+	// With a standard descriptor closed, the socket could land on it; the
+	// Go path handles such callers.
+	for (int fd = 0; fd < 3; fd++)
+		if (fcntl(fd, F_GETFD) < 0)
+			return;
+	int pair[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0)
+		return;
+	uid_t uid = getuid();
+	gid_t gid = getgid();
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
+		     CLONE_NEWCGROUP | SIGCHLD;
+	// The raw system call: a fork into new namespaces, before any thread
+	// exists in this process.
+	long pid = syscall(SYS_clone, flags, 0, NULL, NULL, 0);
+	if (pid == 0)
+		child(pair[1], uid, gid);
+	close(pair[1]);
+	if (pid < 0) {
+		close(pair[0]);
+		return;
+	}
+	hutch_prestart_pid = (int)pid;
+	hutch_prestart_ctrl = pair[0];
+	hutch_prestart_forked_ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}

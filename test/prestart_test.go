@@ -1,0 +1,170 @@
+package test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// subreaperEnv turns the test binary into a child subreaper that runs one
+// hutch command and then reports every process that was orphaned to it:
+// whatever hutch started and did not reap itself (a prestarted init it
+// forgot, a sandbox it left) is re-parented to the nearest subreaper.
+const subreaperEnv = "HUTCH_E2E_SUBREAPER"
+
+// orphanMarker starts the helper's report line on stderr.
+const orphanMarker = "hutch-e2e-orphans:"
+
+// subreaperMain is the helper: argv is the hutch command line to run.
+func subreaperMain(argv []string) int {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "subreaper:", err)
+		return 99
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if uid, _ := strconv.Atoi(os.Getenv("HUTCH_E2E_UID")); uid != os.Getuid() {
+		gid, _ := strconv.Atoi(os.Getenv("HUTCH_E2E_GID"))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}}
+	}
+	code := 0
+	if err := cmd.Run(); err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			fmt.Fprintln(os.Stderr, "subreaper:", err)
+			return 99
+		}
+		code = ee.ExitCode()
+	}
+	// Orphans re-parent as their parent exits; give a dying init time to
+	// arrive, then count every child, alive or zombie.
+	time.Sleep(300 * time.Millisecond)
+	var orphans []string
+	for {
+		var st unix.WaitStatus
+		pid, err := unix.Wait4(-1, &st, unix.WNOHANG, nil)
+		if err != nil || pid == 0 {
+			break
+		}
+		orphans = append(orphans, fmt.Sprintf("%d (reaped)", pid))
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if f := strings.Fields(s[i+1:]); i > 0 && len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) {
+			cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			orphans = append(orphans, fmt.Sprintf("%s %q", e.Name(), bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))
+		}
+	}
+	fmt.Fprintf(os.Stderr, "%s %d %v\n", orphanMarker, len(orphans), orphans)
+	return code
+}
+
+// hutchReaped runs hutch under the subreaper helper and fails the test if
+// anything was left orphaned.
+func hutchReaped(t *testing.T, o opts, args ...string) result {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.env = append(o.env, subreaperEnv+"=1", fmt.Sprintf("HUTCH_E2E_UID=%d", testUID), fmt.Sprintf("HUTCH_E2E_GID=%d", testGID))
+	// The helper itself runs as the test process's user (it sets the
+	// credentials of hutch), from a copy the test user need not read.
+	helper := exec.Command(self, append([]string{hutchBin}, args...)...)
+	base := hutchCmd(o)
+	helper.Dir, helper.Env, helper.Stdin = base.Dir, base.Env, base.Stdin
+	var out, errb bytes.Buffer
+	helper.Stdout, helper.Stderr = &out, &errb
+	done := make(chan error, 1)
+	if err := helper.Start(); err != nil {
+		t.Fatalf("start the subreaper helper: %v", err)
+	}
+	go func() { done <- helper.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		helper.Process.Kill()
+		<-done
+		t.Fatalf("hutch %v did not finish within 60s; stderr so far:\n%s", args, errb.String())
+	}
+	r := result{stdout: out.String()}
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("hutch %v: %v", args, err)
+		}
+		r.code = ee.ExitCode()
+	}
+	stderr := errb.String()
+	i := strings.LastIndex(stderr, orphanMarker)
+	if i < 0 {
+		t.Fatalf("hutch %v: the subreaper helper gave no report:\n%s", args, stderr)
+	}
+	report := strings.TrimSpace(stderr[i+len(orphanMarker):])
+	r.stderr = stderr[:i]
+	if !strings.HasPrefix(report, "0 ") {
+		t.Fatalf("hutch %v left processes behind (re-parented to the subreaper): %s\nexit %d, stderr:\n%s", args, report, r.code, r.stderr)
+	}
+	return r
+}
+
+// The init of `hutch run` is started by a C constructor before the Go
+// runtime (nsjail/prestart). It must be adopted on success, and ended and
+// reaped by hutch itself on every other path: nothing may be left to
+// whoever reaps hutch's orphans.
+func TestPrestartedInit(t *testing.T) {
+	ws := userDir(t)
+	t.Run("adopted", func(t *testing.T) {
+		r := hutchReaped(t, opts{dir: ws}, "run", "--debug", "--", "/bin/sh", "-c", "echo ok")
+		mustCode(t, r, 0)
+		if r.stdout != "ok\n" {
+			t.Fatalf("stdout %q", r.stdout)
+		}
+		if !strings.Contains(r.stderr, "prestarted before the Go runtime, adopted") {
+			t.Fatalf("the sandbox did not use the prestarted init; stderr:\n%s", r.stderr)
+		}
+	})
+	t.Run("turned-off", func(t *testing.T) {
+		r := hutchReaped(t, opts{dir: ws, env: []string{"HUTCH_NO_PRESTART=1"}}, "run", "--debug", "--", "/bin/true")
+		mustCode(t, r, 0)
+		if strings.Contains(r.stderr, "prestarted") {
+			t.Fatalf("HUTCH_NO_PRESTART=1 still prestarted; stderr:\n%s", r.stderr)
+		}
+	})
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"bad-policy-file", []string{"run", "--policy", "/nonexistent/hutch-policy.toml", "--", "true"}, 125, "/nonexistent/hutch-policy.toml"},
+		{"bad-flag-value", []string{"run", "--net", "bogus", "--", "true"}, 125, "--net"},
+		{"unknown-flag", []string{"run", "--no-such-flag", "--", "true"}, 125, "no-such-flag"},
+		{"command-not-found", []string{"run", "--", "/nonexistent-command"}, 127, "/nonexistent-command"},
+		{"help", []string{"run", "--help"}, 0, "COMMAND"},
+		{"json", []string{"run", "--json", "--", "true"}, 0, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := hutchReaped(t, opts{dir: ws}, c.args...)
+			mustCode(t, r, c.code)
+			if !strings.Contains(r.stderr+r.stdout, c.want) {
+				t.Fatalf("output does not mention %q:\nstdout:\n%s\nstderr:\n%s", c.want, r.stdout, r.stderr)
+			}
+		})
+	}
+}
