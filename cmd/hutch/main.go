@@ -68,6 +68,13 @@ func run(args []string) int {
 }
 
 func newApp() *cli.App {
+	app := newAppUncached()
+	cacheFlagNames(app.Commands)
+	return app
+}
+
+// newAppUncached is the CLI as declared, before cacheFlagNames.
+func newAppUncached() *cli.App {
 	return &cli.App{
 		Name:                 "hutch",
 		Usage:                "run untrusted code in a rootless sandbox",
