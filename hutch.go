@@ -77,6 +77,10 @@ type Session struct {
 	warnMu   sync.Mutex
 	warnings []string
 
+	// spawner starts a session's later commands (spawner.go).
+	spawner       spawnerGate
+	scopesSignals bool // the Landlock ruleset scopes signals
+
 	closeOnce sync.Once
 	// closeTiming holds the teardown stages (--debug), written by Close.
 	closeTiming []nsjail.Stage
@@ -189,9 +193,11 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 			Message: "seccomp user notification unavailable (" + s.filter.NotifyUnavailable + "): denials are enforced but not logged", Level: slog.LevelInfo})
 	}
 	proxied := p.Network.Mode == policy.NetProxy
+	ls := landlockSpec(p, plan)
+	s.scopesSignals = ls != nil && ls.ScopeSignal
 	setup := nsjail.Setup{
 		Plan:     plan,
-		Landlock: landlockSpec(p, plan),
+		Landlock: ls,
 		Hostname: p.Sandbox.Hostname,
 		UID:      p.Sandbox.UID,
 		GID:      p.Sandbox.GID,
@@ -286,6 +292,7 @@ func (s *Session) Close() error {
 			}
 		}
 		mark("teardown.kill")
+		s.stopSpawner()
 		s.egress.stop()
 		mark("teardown.egress")
 		if s.sb != nil {
@@ -383,11 +390,18 @@ func (s *Session) Exec(ctx context.Context, o *ExecOptions) (*Result, error) {
 	rec := seclog.NewRecorder(s.o.SecurityLog, s.id, o.Argv)
 	stopWatch := s.rec.Watch(rec)
 	defer stopWatch()
-	req := &nsjail.ExecRequest{Argv: o.Argv, Env: env, Cwd: cwd, Stdin: stdin, Stdout: stdout, Stderr: stderr}
+	via := s.useSpawner()
+	req := &nsjail.ExecRequest{Argv: o.Argv, Env: env, Cwd: cwd, Stdin: stdin, Stdout: stdout, Stderr: stderr, ViaSpawner: via}
+	if via {
+		// Known before it can run, so that its first denial is its own.
+		var tracked *nsjail.Process
+		req.Created = func(p *nsjail.Process) { tracked = p; s.track(p, rec) }
+		defer func() { s.untrack(tracked) }()
+	}
 	nctx, stopNotify := context.WithCancel(context.Background())
 	defer stopNotify()
 	var notifyDone chan struct{}
-	if s.filter.Notify {
+	if s.filter.Notify && !via {
 		mine, child, err := notifyPair()
 		if err != nil {
 			return nil, err
@@ -396,7 +410,7 @@ func (s *Session) Exec(ctx context.Context, o *ExecOptions) (*Result, error) {
 		notifyDone = make(chan struct{})
 		go func() {
 			defer close(notifyDone)
-			serveSeccomp(nctx, mine, s.filter, s.prof, rec)
+			serveSeccomp(nctx, mine, s.filter, s.prof, func(uint32) *seclog.Recorder { return rec })
 		}()
 	}
 	before := s.limits.events()
@@ -441,6 +455,11 @@ wait:
 		}
 	}
 	info := proc.Wait()
+	if errors.Is(info.Err, nsjail.ErrSpawnerGone) {
+		// Nothing ran: start the command the direct way.
+		s.spawnerGone()
+		return s.Exec(ctx, o)
+	}
 	tDone := time.Now()
 	stopNotify()
 	if notifyDone != nil {

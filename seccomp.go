@@ -148,10 +148,12 @@ func notifyPair() (mine, child *os.File, err error) {
 	return os.NewFile(uintptr(fds[0]), "seccomp-notify"), os.NewFile(uintptr(fds[1]), "seccomp-notify-child"), nil
 }
 
-// serveSeccomp receives the listener fd from the exec stage and answers its
-// notifications until ctx ends or no process uses the filter any more.
-// Every denial becomes a security event.
-func serveSeccomp(ctx context.Context, sock *os.File, f *seccompprofiles.Filter, profile string, rec *seclog.Recorder) {
+// serveSeccomp receives the listener fd from the exec stage (or a session's
+// spawner) and answers its notifications until ctx ends or no process uses
+// the filter any more. Every denial becomes a security event, recorded for
+// the command recFor names (from the calling process's pid, as seen from
+// here: one listener may serve many commands).
+func serveSeccomp(ctx context.Context, sock *os.File, f *seccompprofiles.Filter, profile string, recFor func(pid uint32) *seclog.Recorder) {
 	defer sock.Close()
 	buf := make([]byte, 8)
 	oob := make([]byte, unix.CmsgSpace(4))
@@ -176,7 +178,11 @@ func serveSeccomp(ctx context.Context, sock *os.File, f *seccompprofiles.Filter,
 	}
 	lfd := fds[0]
 	defer unix.Close(lfd)
-	_ = seccompprofiles.ServeWatch(ctx, lfd, f, netWatcher(rec), func(d seccompprofiles.Denial, n seccompprofiles.Notification) {
+	watch := func(n seccompprofiles.Notification, mem seccompprofiles.MemReader) seccompprofiles.Verdict {
+		return netWatcher(recFor(n.Pid))(n, mem)
+	}
+	_ = seccompprofiles.ServeWatch(ctx, lfd, f, watch, func(d seccompprofiles.Denial, n seccompprofiles.Notification) {
+		rec := recFor(n.Pid)
 		errno := unix.Errno(d.Errno)
 		what := describeCall(d.Name, n.Args)
 		rec.Record(seclog.Event{

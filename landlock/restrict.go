@@ -2,6 +2,7 @@ package landlock
 
 import (
 	"fmt"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,4 +26,23 @@ func RestrictSelf(fd int) error {
 		return fmt.Errorf("landlock: landlock_restrict_self: %w", e)
 	}
 	return nil
+}
+
+// ScopeRuleset returns a ruleset that handles no access right and only
+// scopes signals and abstract unix sockets (Landlock ABI 6): each domain
+// made from it keeps the processes inside from signalling, or connecting to
+// the abstract sockets of, processes outside it, including those of the
+// enclosing domain. A session's spawner gives every command such a layer of
+// its own. The caller closes the fd.
+func ScopeRuleset() (int, error) {
+	abi := ABI()
+	if abi < 6 {
+		return -1, fmt.Errorf("landlock: signal and abstract unix socket scoping need ABI 6 (Linux 6.12), this kernel has ABI %d", abi)
+	}
+	attr := unix.LandlockRulesetAttr{Scoped: unix.LANDLOCK_SCOPE_SIGNAL | unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET}
+	v, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
+	if e != 0 {
+		return -1, fmt.Errorf("landlock: create scope ruleset: %w", e)
+	}
+	return int(v), nil
 }

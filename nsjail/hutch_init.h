@@ -28,7 +28,13 @@ enum {
 	HUTCH_OP_EXIT = 7,     // init -> supervisor: command ended (+ whether the init is alone)
 	HUTCH_OP_SIGNAL = 8,   // supervisor -> init: signal a command's reaper
 	HUTCH_OP_LANDLOCK = 9, // supervisor -> init: the Landlock ruleset (+ fd)
+	HUTCH_OP_SPAWNER = 10, // supervisor -> init: start the session's spawner (+ scope ruleset[, notify])
+	HUTCH_OP_SPAWNER_REPLY = 11, // init -> supervisor: the spawner is ready, or why not
 };
+
+// SPAWNERR code for a spawn through a spawner that is gone: the supervisor
+// starts the command the direct way instead (never shown to users).
+#define HUTCH_CODE_NO_SPAWNER 200
 
 // Setup flags; must match proto.go.
 enum {
@@ -38,7 +44,10 @@ enum {
 };
 
 // Spawn flags.
-enum { HUTCH_SPAWN_NOTIFY = 1 };
+enum { HUTCH_SPAWN_NOTIFY = 1, HUTCH_SPAWN_VIA_SPAWNER = 2 };
+
+// Spawner flags.
+enum { HUTCH_SPAWNER_NOTIFY = 1 };
 
 // Mount plan step kinds; must match stepKinds in proto.go.
 enum {
@@ -111,6 +120,19 @@ const char *hutch_strerror(int e, char *buf, size_t len);
 // with the descriptors of execstage.c in place) and runs argv as the
 // command's reaper. It never returns.
 void hutch_exec_command(int notify, const char *rlimits, const char *cwd, char **argv) __attribute__((noreturn));
+
+// hutch_spawner_harden applies, once, what a session's spawner passes on to
+// every command it starts: default signals, no capabilities, no_new_privs,
+// not dumpable, the Landlock ruleset (fd 4) and the seccomp filter (BPF on
+// fd 5; with notify, the listener is sent over fd 6). Failures are written
+// to fd 3 ("CODE ERRNO what") and end the process.
+void hutch_spawner_harden(int notify);
+
+// hutch_spawned_command runs in a child of the spawner with stdio on 0-2,
+// the status pipe on 3 and the command's Landlock scope ruleset on 4 (or
+// none): working directory, scope layer, subreaper, rlimits, then argv as
+// the command's reaper. It never returns.
+void hutch_spawned_command(const char *rlimits, const char *cwd, char **argv) __attribute__((noreturn));
 
 // hutch_now_usec is CLOCK_MONOTONIC in microseconds.
 long hutch_now_usec(void);

@@ -114,8 +114,8 @@ static void wr_head(struct wr *w, uint32_t op, uint64_t id) {
 	wr_bytes(w, &id, 8);
 }
 
-static int send_msg(struct wr *w, const int *fds, int nfds) {
-	struct iovec iov = {w->b, w->n};
+static int send_raw_on(int sock, const void *p, size_t len, const int *fds, int nfds) {
+	struct iovec iov = {(void *)p, len};
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * 8)];
 		struct cmsghdr align;
@@ -134,16 +134,19 @@ static int send_msg(struct wr *w, const int *fds, int nfds) {
 		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
 	}
 	for (;;) {
-		if (sendmsg(HUTCH_FD_CONTROL, &msg, MSG_NOSIGNAL) >= 0)
+		if (sendmsg(sock, &msg, MSG_NOSIGNAL) >= 0)
 			return 0;
 		if (errno != EINTR)
 			return -1;
 	}
 }
 
-// recv_msg reads one message and up to 8 descriptors. Returns the length,
-// 0 when the supervisor closed the socket, -1 on error.
-static ssize_t recv_msg(unsigned char *buf, size_t len, int *fds, int *nfds) {
+static int send_msg_on(int sock, struct wr *w, const int *fds, int nfds) { return send_raw_on(sock, w->b, w->n, fds, nfds); }
+static int send_msg(struct wr *w, const int *fds, int nfds) { return send_msg_on(HUTCH_FD_CONTROL, w, fds, nfds); }
+
+// recv_msg_on reads one message and up to 8 descriptors from sock. Returns
+// the length, 0 when the peer closed the socket, -1 on error.
+static ssize_t recv_msg_on(int sock, unsigned char *buf, size_t len, int *fds, int *nfds) {
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * 8)];
 		struct cmsghdr align;
@@ -156,7 +159,7 @@ static ssize_t recv_msg(unsigned char *buf, size_t len, int *fds, int *nfds) {
 	msg.msg_controllen = sizeof u.buf;
 	ssize_t n;
 	do {
-		n = recvmsg(HUTCH_FD_CONTROL, &msg, MSG_CMSG_CLOEXEC);
+		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
 	} while (n < 0 && errno == EINTR);
 	*nfds = 0;
 	if (n < 0)
@@ -182,6 +185,11 @@ static ssize_t recv_msg(unsigned char *buf, size_t len, int *fds, int *nfds) {
 		return -1;
 	}
 	return n;
+}
+
+// recv_msg reads from the supervisor's control socket.
+static ssize_t recv_msg(unsigned char *buf, size_t len, int *fds, int *nfds) {
+	return recv_msg_on(HUTCH_FD_CONTROL, buf, len, fds, nfds);
 }
 
 static void close_fds(const int *fds, int n) {
@@ -324,6 +332,11 @@ __attribute__((noreturn)) static void child_fail(int err, const char *what) {
 static int userns_fd = -1;
 static int spawned;
 
+// The session's spawner (execstage.c): its pid and the init's end of its
+// socket; -1 when there is none (not asked for, failed, or gone).
+static pid_t spawner_pid = -1;
+static int spawner_fd = -1;
+
 // write_maps gives the calling process's new user namespace its one-line
 // maps. Returns 0, or -1 with errno set and *what naming the step.
 static int write_maps(int uid, int gid, const char **what) {
@@ -428,14 +441,245 @@ __attribute__((noreturn)) static void child(int uid, int gid, const int src[7], 
 	hutch_exec_command(notify, in.rlimits, cwd, argv);
 }
 
+// add_proc records a started command (its reaper's pid and the read end
+// of its status pipe) and tells the supervisor.
+static void add_proc(uint64_t id, pid_t pid, int status_fd) {
+	fcntl(status_fd, F_SETFL, O_NONBLOCK);
+	procs[nprocs].id = id;
+	procs[nprocs].pid = pid;
+	procs[nprocs].status_fd = status_fd;
+	nprocs++;
+	wr_head(&in.out, HUTCH_OP_STARTED, id);
+	wr_i64(&in.out, pid);
+	send_msg(&in.out, NULL, 0);
+}
+
+// drop_spawner forgets a spawner that failed or is gone (the init reaps it
+// like any child).
+static void drop_spawner(void) {
+	if (spawner_fd >= 0)
+		close(spawner_fd);
+	spawner_fd = -1;
+	if (spawner_pid > 0)
+		kill(spawner_pid, SIGKILL);
+	spawner_pid = -1;
+}
+
+static int valid_fd7(void) { return fcntl(7, F_GETFD) != -1; }
+
+// spawn_via_spawner hands the spawn request (the supervisor's message as it
+// came) and the command's descriptors to the spawner, which forks the
+// command's reaper as a child of the init (CLONE_PARENT) and answers with
+// its pid. Returns the pid, 0 when there is no spawner (or it is gone), or
+// -errno when its fork failed.
+static pid_t spawn_via_spawner(const unsigned char *raw, size_t rawlen, const int *fds, int status_w) {
+	if (spawner_pid <= 0)
+		return 0;
+	int out[4] = {fds[0], fds[1], fds[2], status_w};
+	if (send_raw_on(spawner_fd, raw, rawlen, out, 4) < 0) {
+		drop_spawner();
+		return 0;
+	}
+	int64_t v = 0;
+	ssize_t n;
+	do {
+		n = recv(spawner_fd, &v, sizeof v, 0);
+	} while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)sizeof v) {
+		drop_spawner();
+		return 0;
+	}
+	return (pid_t)v;
+}
+
+// spawner_main is the spawner's loop (after hutch_spawner_harden): one
+// request per message on fd 3, answered with the reaper's pid or -errno.
 static int sandbox_uid, sandbox_gid;
 
-static void do_spawn(uint64_t id, struct hutch_rd *r, int *fds, int nfds) {
+__attribute__((noreturn)) static void spawner_main(unsigned char *buf) {
+	for (;;) {
+		int fds[8], nfds;
+		ssize_t n = recv_msg(buf, HUTCH_MAX_MSG, fds, &nfds);
+		if (n == 0 || (n < 0 && errno != EMSGSIZE && errno != EINTR))
+			_exit(0); // the init is gone
+		if (n < 16 || nfds != 4) {
+			close_fds(fds, nfds);
+			int64_t v = -EINVAL;
+			send(HUTCH_FD_CONTROL, &v, sizeof v, MSG_NOSIGNAL);
+			continue;
+		}
+		// The reaper becomes the init's child, so the init reaps it and
+		// reports its end as for any command.
+		long pid = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, NULL, NULL, 0);
+		if (pid == 0) {
+			struct hutch_rd r = {buf, (size_t)n, 0};
+			hutch_rd_u32(&r);
+			hutch_rd_u32(&r);
+			hutch_rd_i64(&r);
+			hutch_rd_u32(&r); // flags
+			const char *cwd = hutch_rd_str(&r);
+			uint32_t argc = hutch_rd_u32(&r);
+			if (r.bad || argc == 0 || argc > 65536)
+				_exit(125);
+			char **argv = calloc((size_t)argc + 1, sizeof *argv);
+			for (uint32_t i = 0; argv && i < argc; i++)
+				argv[i] = (char *)hutch_rd_str(&r);
+			uint32_t envc = hutch_rd_u32(&r);
+			char **envp = envc <= 65536 ? calloc((size_t)envc + 1, sizeof *envp) : NULL;
+			for (uint32_t i = 0; envp && i < envc; i++)
+				envp[i] = (char *)hutch_rd_str(&r);
+			// 0-2 stdio, 3 the status pipe, 4 the scope ruleset (on 7
+			// in the spawner).
+			int tmp[5];
+			for (int i = 0; i < 4; i++)
+				tmp[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 16);
+			tmp[4] = valid_fd7() ? fcntl(7, F_DUPFD_CLOEXEC, 16) : -1;
+			for (int i = 0; i < 5; i++) {
+				if (tmp[i] >= 0)
+					dup2(tmp[i], i);
+				else
+					close(i);
+			}
+			if (!argv || !envp || r.bad) {
+				static const char m[] = "125 22 malformed spawn request";
+				ssize_t k = write(3, m, sizeof m - 1);
+				(void)k;
+				_exit(125);
+			}
+			setsid();
+			environ = envp;
+			hutch_spawned_command(in.rlimits, cwd, argv);
+		}
+		close_fds(fds, nfds);
+		int64_t v = pid > 0 ? pid : -(int64_t)errno;
+		send(HUTCH_FD_CONTROL, &v, sizeof v, MSG_NOSIGNAL);
+	}
+}
+
+// start_spawner forks the session's spawner: in the commands' nested user
+// namespace, hardened once (execstage.c), serving spawn requests from the
+// init. fds: the scope ruleset, then (with notify) the socket on which the
+// spawner sends its seccomp listener to the supervisor. On failure it
+// returns -1 with a message in err.
+static int start_spawner(int notify, const int *fds, int nfds, char *err, size_t errlen) {
+	char eb[128];
+	if (in.ll_fd < 0 || nfds < 1 + notify) {
+		snprintf(err, errlen, "no Landlock ruleset or descriptors for the spawner");
+		return -1;
+	}
+	if (userns_fd < 0)
+		userns_fd = make_userns(sandbox_uid, sandbox_gid);
+	if (userns_fd < 0) {
+		snprintf(err, errlen, "create the commands' user namespace: %s", hutch_strerror(errno, eb, sizeof eb));
+		return -1;
+	}
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
+		snprintf(err, errlen, "spawner socket: %s", hutch_strerror(errno, eb, sizeof eb));
+		return -1;
+	}
+	pid_t pid = fork();
+	if (pid < 0) {
+		snprintf(err, errlen, "fork the spawner: %s", hutch_strerror(errno, eb, sizeof eb));
+		close(sp[0]);
+		close(sp[1]);
+		return -1;
+	}
+	if (pid == 0) {
+		// 3 the init's socket, 4 the Landlock ruleset, 5 the BPF program,
+		// 6 the notification socket, 7 the scope ruleset.
+		int src[5] = {sp[1], in.ll_fd, in.bpf_fd, notify ? fds[1] : -1, fds[0]};
+		int tmp[5];
+		for (int i = 0; i < 5; i++)
+			tmp[i] = src[i] >= 0 ? fcntl(src[i], F_DUPFD_CLOEXEC, 16) : -1;
+		int ns = fcntl(userns_fd, F_DUPFD_CLOEXEC, 16);
+		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+		for (int i = 0; i < 3; i++)
+			dup2(null, i);
+		for (int i = 0; i < 5; i++) {
+			if (tmp[i] >= 0)
+				dup2(tmp[i], 3 + i);
+			else
+				close(3 + i);
+		}
+		fcntl(7, F_SETFD, FD_CLOEXEC);
+		setsid();
+		if (setns(ns, CLONE_NEWUSER) < 0) {
+			char m[128];
+			int k = snprintf(m, sizeof m, "125 %d spawner: enter the commands' user namespace", errno);
+			ssize_t w = write(3, m, (size_t)k);
+			(void)w;
+			_exit(125);
+		}
+		if (syscall(SYS_close_range, 8, ~0U, 0) < 0) {
+			for (int fd = 8; fd < 1024; fd++)
+				close(fd);
+		}
+		hutch_spawner_harden(notify);
+		if (send(3, "k", 1, MSG_NOSIGNAL) != 1)
+			_exit(1);
+		unsigned char *buf = malloc(HUTCH_MAX_MSG);
+		if (!buf)
+			_exit(1);
+		spawner_main(buf);
+	}
+	close(sp[1]);
+	// Wait for "k" (ready) or "CODE ERRNO what" (failed), bounded.
+	char rb[512];
+	struct pollfd pfd = {sp[0], POLLIN, 0};
+	ssize_t n = -1;
+	if (poll(&pfd, 1, 5000) == 1) {
+		do {
+			n = recv(sp[0], rb, sizeof rb - 1, 0);
+		} while (n < 0 && errno == EINTR);
+	}
+	if (n == 1 && rb[0] == 'k') {
+		spawner_pid = pid;
+		spawner_fd = sp[0];
+		return 0;
+	}
+	close(sp[0]);
+	kill(pid, SIGKILL);
+	if (n > 0) {
+		rb[n] = 0;
+		char *end;
+		strtol(rb, &end, 10);
+		int e = (int)strtol(end, &end, 10);
+		snprintf(err, errlen, "%s: %s", *end == ' ' ? end + 1 : end, hutch_strerror(e, eb, sizeof eb));
+	} else {
+		snprintf(err, errlen, "the spawner did not start within 5 s");
+	}
+	return -1;
+}
+
+static void do_start_spawner(uint64_t id, struct hutch_rd *r, int *fds, int nfds) {
+	uint32_t flags = hutch_rd_u32(r);
+	char err[1024];
+	int rc = -1;
+	if (r->bad)
+		snprintf(err, sizeof err, "malformed spawner request");
+	else if (spawner_pid > 0)
+		rc = 0;
+	else
+		rc = start_spawner((flags & HUTCH_SPAWNER_NOTIFY) != 0, fds, nfds, err, sizeof err);
+	close_fds(fds, nfds);
+	wr_head(&in.out, HUTCH_OP_SPAWNER_REPLY, id);
+	wr_i64(&in.out, 0);
+	wr_i64(&in.out, rc == 0 ? 0 : 125);
+	wr_i64(&in.out, 0);
+	wr_str(&in.out, rc == 0 ? "" : err);
+	wr_u32(&in.out, 0);
+	send_msg(&in.out, NULL, 0);
+}
+
+static void do_spawn(uint64_t id, struct hutch_rd *r, const unsigned char *raw, size_t rawlen, int *fds, int nfds) {
 	uint32_t flags = hutch_rd_u32(r);
 	const char *cwd = hutch_rd_str(r);
 	uint32_t argc = hutch_rd_u32(r);
 	char **argv = NULL, **envp = NULL;
 	int notify = (flags & HUTCH_SPAWN_NOTIFY) != 0;
+	if (flags & HUTCH_SPAWN_VIA_SPAWNER)
+		notify = 0;
 	if (r->bad || argc == 0 || argc > 65536 || nfds < 3 + notify) {
 		spawn_error(id, 125, "malformed spawn request");
 		goto out;
@@ -472,7 +716,24 @@ static void do_spawn(uint64_t id, struct hutch_rd *r, int *fds, int nfds) {
 		procs = np;
 		capprocs = nc;
 	}
-	if (spawned++ == 1)
+	if (flags & HUTCH_SPAWN_VIA_SPAWNER) {
+		pid_t pid = spawn_via_spawner(raw, rawlen, fds, pr[1]);
+		close(pr[1]);
+		if (pid <= 0) {
+			char eb[128], msg[256];
+			close(pr[0]);
+			if (pid == 0) {
+				spawn_error(id, HUTCH_CODE_NO_SPAWNER, "the session's spawner is gone");
+			} else {
+				snprintf(msg, sizeof msg, "start the command: fork: %s", hutch_strerror((int)-pid, eb, sizeof eb));
+				spawn_error(id, 125, msg);
+			}
+			goto out;
+		}
+		add_proc(id, pid, pr[0]);
+		goto out;
+	}
+	if (spawned++ == 1 && userns_fd < 0)
 		userns_fd = make_userns(sandbox_uid, sandbox_gid);
 	int src[7] = {fds[0], fds[1], fds[2], pr[1], in.ll_fd, in.bpf_fd, notify ? fds[3] : -1};
 	if (in.bpf_fd < 0)
@@ -488,18 +749,41 @@ static void do_spawn(uint64_t id, struct hutch_rd *r, int *fds, int nfds) {
 		spawn_error(id, 125, msg);
 		goto out;
 	}
-	fcntl(pr[0], F_SETFL, O_NONBLOCK);
-	procs[nprocs].id = id;
-	procs[nprocs].pid = pid;
-	procs[nprocs].status_fd = pr[0];
-	nprocs++;
-	wr_head(&in.out, HUTCH_OP_STARTED, id);
-	wr_i64(&in.out, pid);
-	send_msg(&in.out, NULL, 0);
+	add_proc(id, pid, pr[0]);
 out:
 	free(argv);
 	free(envp);
 	close_fds(fds, nfds);
+}
+
+// only_spawner_left reports whether pid 1 has no child but the session's
+// spawner (which runs only hutch's code): no sandboxed process is left.
+static uint32_t only_spawner_left(void) {
+	if (spawner_pid <= 0) {
+		siginfo_t si;
+		memset(&si, 0, sizeof si);
+		return waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD;
+	}
+	// The kernel's list of pid 1's children (CONFIG_PROC_CHILDREN); when
+	// it cannot be read, say "not alone", which only delays cleanup.
+	char b[4096];
+	int fd = open("/proc/1/task/1/children", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, b, sizeof b - 1);
+	close(fd);
+	if (n < 0 || n == (ssize_t)sizeof b - 1)
+		return 0;
+	b[n] = 0;
+	char *p = b, *end;
+	for (;;) {
+		long pid = strtol(p, &end, 10);
+		if (end == p)
+			return 1;
+		if (pid != spawner_pid)
+			return 0;
+		p = end;
+	}
 }
 
 // report_exit sends a command's end with what its status pipe says: empty
@@ -522,9 +806,7 @@ static void report_exit(const struct proc *p, int status) {
 	// alone: pid 1 has no other child, so no sandboxed process is left
 	// (every one descends from the init; a reaper's orphans are the
 	// reaper's children, a dead reaper's are the init's).
-	siginfo_t si;
-	memset(&si, 0, sizeof si);
-	uint32_t alone = waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD;
+	uint32_t alone = only_spawner_left();
 	wr_head(&in.out, HUTCH_OP_EXIT, p->id);
 	wr_i64(&in.out, status);
 	wr_i64(&in.out, code);
@@ -543,6 +825,11 @@ static void reap(void) {
 			continue;
 		if (pid <= 0)
 			return;
+		if (pid == spawner_pid) {
+			spawner_pid = -1; // reaped: the next spawn through it says so
+			drop_spawner();
+			continue;
+		}
 		for (size_t i = 0; i < nprocs; i++) {
 			if (procs[i].pid == pid) {
 				struct proc p = procs[i];
@@ -602,7 +889,10 @@ __attribute__((noreturn)) static void serve(unsigned char *buf) {
 		uint64_t id = (uint64_t)hutch_rd_i64(&r);
 		switch (op) {
 		case HUTCH_OP_SPAWN:
-			do_spawn(id, &r, fds, nfds);
+			do_spawn(id, &r, buf, (size_t)n, fds, nfds);
+			break;
+		case HUTCH_OP_SPAWNER:
+			do_start_spawner(id, &r, fds, nfds);
 			break;
 		case HUTCH_OP_SIGNAL:
 			close_fds(fds, nfds);

@@ -33,7 +33,16 @@ const (
 	opExit     uint32 = 7 // init -> supervisor: command ended (Status, Code, Errno, Error, Alone)
 	opSignal   uint32 = 8 // supervisor -> init: signal a command's reaper (Signal)
 	opLandlock uint32 = 9 // supervisor -> init: + the Landlock ruleset fd
+	// supervisor -> init: start the session's spawner (SpawnerNotify) + the
+	// scope ruleset fd [+ the notification socket]
+	opSpawner uint32 = 10
+	// init -> supervisor: the spawner is ready (Code 0), or why not (Error)
+	opSpawnerReply uint32 = 11
 )
+
+// codeNoSpawner is the spawn error of a request through a spawner that is
+// gone; must match HUTCH_CODE_NO_SPAWNER.
+const codeNoSpawner = 200
 
 // Setup flags; must match hutch_init.h.
 const (
@@ -41,6 +50,9 @@ const (
 	setupProxy   = 2
 	setupTiming  = 4
 	spawnNotify  = 1
+	// spawnViaSpawner: the session's spawner starts the command.
+	spawnViaSpawner = 2
+	spawnerNotify   = 1
 )
 
 // stepKinds numbers the plan's step kinds for the C executor; must match
@@ -71,6 +83,9 @@ type message struct {
 	Setup  *Setup
 	Spawn  *Spawn
 	Timing []Stage
+	// SpawnerNotify (spawner): the spawner sends its seccomp listener on
+	// the socket that comes with the request.
+	SpawnerNotify bool
 }
 
 // Stage is one named, timed step, reported under --debug.
@@ -153,6 +168,9 @@ func (m *message) encode() ([]byte, error) {
 		if sp.Notify {
 			fl |= spawnNotify
 		}
+		if sp.ViaSpawner {
+			fl |= spawnViaSpawner
+		}
 		e.u32(fl)
 		e.str("working directory", sp.Cwd)
 		e.strs("command argument", sp.Argv)
@@ -160,6 +178,12 @@ func (m *message) encode() ([]byte, error) {
 	case opSignal:
 		e.i64(int64(m.Signal))
 	case opLandlock:
+	case opSpawner:
+		var fl uint32
+		if m.SpawnerNotify {
+			fl |= spawnerNotify
+		}
+		e.u32(fl)
 	default:
 		return nil, fmt.Errorf("encode: op %d is not sent by the supervisor", m.Op)
 	}
@@ -243,7 +267,7 @@ func decode(b []byte) (*message, error) {
 		m.Error = d.str()
 	case opStarted:
 		m.Pid = int(d.i64())
-	case opSpawnErr, opExit:
+	case opSpawnErr, opExit, opSpawnerReply:
 		m.Status = int(d.i64())
 		m.Code = int(d.i64())
 		m.Errno = int(d.i64())

@@ -137,6 +137,29 @@ func TestEncodeRefusesNUL(t *testing.T) {
 	}
 }
 
+// The spawn and spawner requests carry their flags where init.c reads them:
+// the first u32 after the header.
+func TestEncodeSpawnerFlags(t *testing.T) {
+	for _, c := range []struct {
+		m    *message
+		want uint32
+	}{
+		{&message{Op: opSpawn, Spawn: &Spawn{Argv: []string{"true"}, ViaSpawner: true}}, spawnViaSpawner},
+		{&message{Op: opSpawn, Spawn: &Spawn{Argv: []string{"true"}, Notify: true}}, spawnNotify},
+		{&message{Op: opSpawner, SpawnerNotify: true}, spawnerNotify},
+		{&message{Op: opSpawner}, 0},
+	} {
+		b, err := c.m.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := &dec{b: b[16:]}
+		if got := d.u32(); got != c.want || d.bad {
+			t.Errorf("op %d: flags %d, want %d", c.m.Op, got, c.want)
+		}
+	}
+}
+
 // appendMsg builds an init -> supervisor message the way init.c does.
 func appendMsg(op uint32, id uint64, fields ...any) []byte {
 	e := &enc{}
@@ -168,6 +191,16 @@ func TestDecodeInitMessages(t *testing.T) {
 	m, err = decode(appendMsg(opStarted, 5, int64(42)))
 	if err != nil || m.Pid != 42 {
 		t.Errorf("started: %+v, %v", m, err)
+	}
+	// The spawner's reply has the spawn error's fields (init.c writes it
+	// with the same calls).
+	m, err = decode(appendMsg(opSpawnerReply, 0, int64(0), int64(125), int64(0), "create the commands' user namespace: x", uint32(0)))
+	if err != nil || m.Op != opSpawnerReply || m.Code != 125 || m.Error != "create the commands' user namespace: x" {
+		t.Errorf("spawner reply: %+v, %v", m, err)
+	}
+	m, err = decode(appendMsg(opSpawnErr, 7, int64(0), int64(codeNoSpawner), int64(0), "the session's spawner is gone", uint32(0)))
+	if err != nil || m.Code != codeNoSpawner {
+		t.Errorf("no spawner: %+v, %v", m, err)
 	}
 	for name, b := range map[string][]byte{
 		"short header":  {1, 0, 0},

@@ -112,6 +112,9 @@ type Sandbox struct {
 	launchErr  error
 	afterStart func(pid int) error
 
+	spawnerMu    sync.Mutex
+	spawnerReply chan *message
+
 	mu     sync.Mutex
 	alone  bool // the last exit report said no sandboxed process was left
 	nextID uint64
@@ -217,14 +220,7 @@ func Launch(cfg *Config) (*Sandbox, error) {
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = cfg.CgroupFD
 	}
-	s := &Sandbox{
-		ctrl:       newConn(parent),
-		afterStart: cfg.AfterStart,
-		launched:   make(chan struct{}),
-		initDone:   make(chan struct{}),
-		release:    make(chan struct{}),
-		procs:      map[uint64]*Process{},
-	}
+	s := newSandbox(parent, cfg)
 	// The parent-death signal fires when the thread that forked the init
 	// exits, so that thread stays locked and alive for the sandbox's life.
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &s.forked)
@@ -249,6 +245,19 @@ func Launch(cfg *Config) (*Sandbox, error) {
 	return s, nil
 }
 
+// newSandbox is a Sandbox talking to an init over ctrl, not launched yet.
+func newSandbox(ctrl *os.File, cfg *Config) *Sandbox {
+	return &Sandbox{
+		ctrl:         newConn(ctrl),
+		afterStart:   cfg.AfterStart,
+		launched:     make(chan struct{}),
+		initDone:     make(chan struct{}),
+		release:      make(chan struct{}),
+		procs:        map[uint64]*Process{},
+		spawnerReply: make(chan *message, 1),
+	}
+}
+
 // adopt makes a Sandbox of a prestarted init: it joins its cgroup (a
 // prestarted init could not be cloned into it) before it runs anything.
 func adopt(cfg *Config, pre *Prestarted) (*Sandbox, error) {
@@ -270,17 +279,8 @@ func adopt(cfg *Config, pre *Prestarted) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("find the prestarted init: %w", err)
 	}
-	s := &Sandbox{
-		ctrl:       newConn(pre.Control),
-		afterStart: cfg.AfterStart,
-		launched:   make(chan struct{}),
-		initDone:   make(chan struct{}),
-		release:    make(chan struct{}),
-		procs:      map[uint64]*Process{},
-		initPid:    pre.Pid,
-		initProc:   proc,
-		forked:     pre.Forked,
-	}
+	s := newSandbox(pre.Control, cfg)
+	s.initPid, s.initProc, s.forked = pre.Pid, proc, pre.Forked
 	pre.Control = nil // the Sandbox owns it now
 	close(s.launched)
 	go func() {
@@ -468,6 +468,13 @@ func (s *Sandbox) dispatch() {
 			s.fail(fmt.Errorf("the sandbox ended: %w", err))
 			return
 		}
+		if m.Op == opSpawnerReply {
+			select {
+			case s.spawnerReply <- m:
+			default: // nobody asked
+			}
+			continue
+		}
 		s.mu.Lock()
 		p := s.procs[m.ID]
 		s.mu.Unlock()
@@ -480,6 +487,9 @@ func (s *Sandbox) dispatch() {
 			close(p.started)
 		case opSpawnErr:
 			p.exit = ExitInfo{ExecCode: m.Code, ExecError: m.Error}
+			if m.Code == codeNoSpawner {
+				p.exit = ExitInfo{Err: ErrSpawnerGone}
+			}
 			p.finish()
 		case opExit:
 			s.mu.Lock()
@@ -535,6 +545,49 @@ type ExecRequest struct {
 	// Notify, when non-nil, receives the seccomp listener fd sent by the
 	// exec stage: pass one end of a unix socketpair.
 	Notify *os.File
+	// ViaSpawner starts the command from the session's spawner (see
+	// StartSpawner); Notify is then unused. If the spawner is gone, the
+	// command ends at once with ErrSpawnerGone and nothing ran.
+	ViaSpawner bool
+	// Created, when set, is called with the new Process before the spawn
+	// request is sent (so before the command can run).
+	Created func(*Process)
+}
+
+// ErrSpawnerGone is the exit error of a command sent through a spawner that
+// no longer exists: the command did not start; start it without.
+var ErrSpawnerGone = errors.New("the session's spawner is gone")
+
+// StartSpawner has the init start the session's spawner: a process in the
+// commands' user namespace that applies the restrictions every command
+// shares (capabilities, no_new_privs, the Landlock ruleset, the seccomp
+// filter) once and forks each later command's reaper, which inherits them
+// (execstage.c). scope is a Landlock ruleset that only scopes signals and
+// abstract unix sockets (landlock.ScopeRuleset): every command gets a
+// layer of it, away from the spawner and the other commands. With a
+// seccomp filter that notifies, notify receives the spawner's listener,
+// shared by every command it starts. The descriptors are not closed.
+func (s *Sandbox) StartSpawner(scope int, notify *os.File) error {
+	s.spawnerMu.Lock()
+	defer s.spawnerMu.Unlock()
+	fds := []int{scope}
+	m := &message{Op: opSpawner}
+	if notify != nil {
+		fds = append(fds, int(notify.Fd()))
+		m.SpawnerNotify = true
+	}
+	if err := s.ctrl.send(m, fds...); err != nil {
+		return err
+	}
+	select {
+	case r := <-s.spawnerReply:
+		if r.Code != 0 {
+			return errors.New(r.Error)
+		}
+		return nil
+	case <-s.initDone:
+		return errors.New("the sandbox ended")
+	}
 }
 
 // Exec starts a command in the sandbox.
@@ -548,9 +601,12 @@ func (s *Sandbox) Exec(req *ExecRequest) (*Process, error) {
 	p := &Process{ID: s.nextID, sb: s, started: make(chan struct{}), done: make(chan struct{})}
 	s.procs[p.ID] = p
 	s.mu.Unlock()
+	if req.Created != nil {
+		req.Created(p)
+	}
 	fds := []int{int(req.Stdin.Fd()), int(req.Stdout.Fd()), int(req.Stderr.Fd())}
-	sp := &Spawn{Argv: req.Argv, Env: req.Env, Cwd: req.Cwd}
-	if req.Notify != nil {
+	sp := &Spawn{Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, ViaSpawner: req.ViaSpawner}
+	if req.Notify != nil && !req.ViaSpawner {
 		sp.Notify = true
 		fds = append(fds, int(req.Notify.Fd()))
 	}
@@ -562,6 +618,10 @@ func (s *Sandbox) Exec(req *ExecRequest) (*Process, error) {
 	}
 	return p, nil
 }
+
+// Started is closed when the init reported the command started (Pid is set
+// then) or the command ended without starting.
+func (p *Process) Started() <-chan struct{} { return p.started }
 
 // Wait blocks until the command ends.
 func (p *Process) Wait() ExitInfo {

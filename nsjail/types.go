@@ -72,4 +72,7 @@ type Spawn struct {
 	Cwd  string   `json:"cwd"`
 	// Notify: a unix socket (4th fd) receives the seccomp listener.
 	Notify bool `json:"notify,omitempty"`
+	// ViaSpawner: the session's spawner starts the command (it carries the
+	// shared restrictions and the seccomp listener already).
+	ViaSpawner bool `json:"via_spawner,omitempty"`
 }

@@ -55,9 +55,10 @@ var (
 // Serve answers the notifications of the listener fd of a filter compiled
 // from f (loaded with SECCOMP_FILTER_FLAG_NEW_LISTENER): each notified
 // syscall fails with the errno f.Lookup gives (never allowed, never
-// continued), then report is called with the denial and the notification.
-// report runs on Serve's goroutine after the reply, so a slow report only
-// delays later notifications; it may be nil.
+// continued); report is called with the denial and the notification
+// before the reply, while the caller (and the processes above it) still
+// exist, so it can inspect them; a slow report delays that call and later
+// notifications. report may be nil.
 //
 // Serve returns nil when no process uses the filter any more (the sandbox
 // exited), ctx.Err() when ctx is done, and an error when the fd fails. It
@@ -146,16 +147,19 @@ func serve(ctx context.Context, fd int, f *Filter, watch func(Notification, MemR
 			}
 			continue
 		}
+		// Reported while the caller waits for the answer: it (and the
+		// processes above it) still exist, so the report can look at
+		// them (a shared listener attributes the call to a command by
+		// the caller's ancestry).
+		if report != nil {
+			report(d, n)
+		}
 		resp := seccompNotifResp{id: req.id, error: -int32(d.Errno)}
 		if err := ioctlPtr(fd, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp)); err != nil {
-			// ENOENT: the caller died or was interrupted meanwhile;
-			// the denial is still worth reporting.
+			// ENOENT: the caller died or was interrupted meanwhile.
 			if err != unix.ENOENT && err != unix.EINTR {
 				return fmt.Errorf("seccomp notify: respond: %w", err)
 			}
-		}
-		if report != nil {
-			report(d, n)
 		}
 	}
 }

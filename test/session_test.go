@@ -120,10 +120,13 @@ func TestSessionExecHardening(t *testing.T) {
 	ws := userDir(t)
 	probeIn(t, ws)
 	name := startSession(t, ws)
-	// The init makes a session's later commands enter one shared nested
-	// user namespace (the first makes its own): check both.
+	// A session's first command makes its own nested user namespace and
+	// applies every restriction itself; the second starts the session's
+	// spawner, which applies the shared ones once, and it and every later
+	// command start from it (sharing one nested user namespace and one
+	// seccomp listener): check all three kinds.
 	var r result
-	for i := 1; i <= 2; i++ {
+	for i := 1; i <= 3; i++ {
 		r = hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c",
 			`id -u; grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; cat /proc/self/uid_map /proc/self/setgroups; ./probe keyctl direct:80; touch /usr/x 2>&1; curl -sS https://evil.example/ 2>&1 | head -1`)
 		mustCode(t, r, 0)
@@ -132,10 +135,10 @@ func TestSessionExecHardening(t *testing.T) {
 				t.Errorf("exec %d lacks %q:\n%s", i, want, r.stdout)
 			}
 		}
-	}
-	for _, want := range []string{"hutch: blocked by seccomp policy: keyctl (1 time)", "direct connection to 203.0.113.1:80", "destination evil.example:443 not allowlisted (1 attempt)"} {
-		if !strings.Contains(r.stderr, want) {
-			t.Errorf("exec stderr lacks %q:\n%s", want, r.stderr)
+		for _, want := range []string{"hutch: blocked by seccomp policy: keyctl (1 time)", "direct connection to 203.0.113.1:80", "destination evil.example:443 not allowlisted (1 attempt)"} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("exec %d stderr lacks %q:\n%s", i, want, r.stderr)
+			}
 		}
 	}
 	// The next exec's summary does not repeat the previous exec's blocks.
@@ -277,4 +280,121 @@ func threadsOf(pid int) int {
 		return -1
 	}
 	return len(ents)
+}
+
+// warmSpawner runs a session's first two commands: the second starts the
+// spawner, and every later command starts from it.
+func warmSpawner(t *testing.T, ws, name string) {
+	t.Helper()
+	for i := 0; i < 2; i++ {
+		mustCode(t, hutch(t, opts{dir: ws}, "exec", name, "--", "true"), 0)
+	}
+}
+
+// spawnerPid finds the session's spawner on the host: with no command
+// running, it is the init's only child.
+func spawnerPid(t *testing.T, ws, name string) int {
+	t.Helper()
+	inits := initsOf(sessionPid(t, ws, name))
+	if len(inits) != 1 {
+		t.Fatalf("session %s has inits %v", name, inits)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", inits[0], inits[0]))
+	if err != nil {
+		t.Skipf("cannot list the init's children (CONFIG_PROC_CHILDREN): %v", err)
+	}
+	kids := strings.Fields(string(b))
+	if len(kids) != 1 {
+		t.Fatalf("the init has children %v, want only the spawner", kids)
+	}
+	pid, _ := strconv.Atoi(kids[0])
+	return pid
+}
+
+// The spawner is out of the commands' reach: they cannot signal it, read
+// its memory, environment or descriptors; and it runs under the same
+// restrictions as they do.
+func TestSessionSpawnerIsolated(t *testing.T) {
+	ws := userDir(t)
+	name := startSession(t, ws)
+	warmSpawner(t, ws, name)
+	host := spawnerPid(t, ws, name)
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", host))
+	var inner string
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == "NSpid:" {
+			inner = f[len(f)-1]
+		}
+	}
+	for _, want := range []string{"NoNewPrivs:\t1", "Seccomp:\t2", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the spawner lacks %q:\n%s", want, b)
+		}
+	}
+	script := `S=` + inner + `
+echo "cmdline: $(tr '\0' ' ' < /proc/$S/cmdline)"
+for f in fd/3 mem environ; do head -c1 /proc/$S/$f >/dev/null 2>&1 && echo "read $f: yes" || echo "read $f: no"; done
+for sig in STOP KILL 0; do kill -$sig $S 2>/dev/null && echo "signal $sig: yes" || echo "signal $sig: no"; done
+`
+	r := hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c", script)
+	mustCode(t, r, 0)
+	for _, want := range []string{"cmdline: hutch:init", "read fd/3: no", "read mem: no", "read environ: no", "signal STOP: no", "signal KILL: no", "signal 0: no"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("probing the spawner (pid %s inside): want %q in:\n%s%s", inner, want, r.stdout, r.stderr)
+		}
+	}
+	r = hutch(t, opts{dir: ws}, "exec", name, "--", "echo", "still serving")
+	mustCode(t, r, 0)
+}
+
+// Two commands from the spawner at once: neither can signal the other, and
+// each one's seccomp denials are reported to it alone, though they share the
+// spawner's listener.
+func TestSessionSpawnerConcurrentCommands(t *testing.T) {
+	ws := userDir(t)
+	probeIn(t, ws)
+	name := startSession(t, ws)
+	warmSpawner(t, ws, name)
+	var wg sync.WaitGroup
+	var a, b result
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		a = hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c", `echo $$ > /tmp/a.pid; sleep 2; ./probe keyctl; echo a done`)
+	}()
+	go func() {
+		defer wg.Done()
+		b = hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c",
+			`while [ ! -s /tmp/a.pid ]; do sleep 0.05; done; kill -TERM "$(cat /tmp/a.pid)" 2>/dev/null && echo "killed a" || echo "cannot signal a"; kill -0 1 2>/dev/null; echo b done`)
+	}()
+	wg.Wait()
+	mustCode(t, a, 0)
+	mustCode(t, b, 0)
+	if !strings.Contains(b.stdout, "cannot signal a") || !strings.Contains(a.stdout, "a done") {
+		t.Errorf("one command could signal another:\na: %s\nb: %s", a.stdout, b.stdout)
+	}
+	if !strings.Contains(a.stderr, "blocked by seccomp policy: keyctl (1 time)") || strings.Contains(a.stderr, "pid 1") {
+		t.Errorf("command a's denials:\n%s\nstdout:\n%s\nb stderr:\n%s", a.stderr, a.stdout, b.stderr)
+	}
+	if !strings.Contains(b.stderr, "blocked by seccomp policy: kill of the sandbox's init (pid 1) (1 time)") || strings.Contains(b.stderr, "keyctl") {
+		t.Errorf("command b's denials:\n%s", b.stderr)
+	}
+}
+
+// When the spawner is gone, commands start the direct way: nothing fails.
+func TestSessionSpawnerGone(t *testing.T) {
+	ws := userDir(t)
+	name := startSession(t, ws)
+	warmSpawner(t, ws, name)
+	pid := spawnerPid(t, ws, name)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the spawner (host pid %d): %v", pid, err)
+	}
+	for i := 0; i < 3; i++ {
+		r := hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c", "grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status")
+		mustCode(t, r, 0)
+		if !strings.Contains(r.stdout, "NoNewPrivs:\t1") || !strings.Contains(r.stdout, "Seccomp:\t2") {
+			t.Errorf("exec %d after the spawner died:\n%s%s", i, r.stdout, r.stderr)
+		}
+	}
 }
