@@ -126,34 +126,68 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 		return nil, err
 	}
 	s.rec = seclog.NewRecorder(o.SecurityLog, s.id, []string{"(session)"})
-	// Limits first: the init must start inside its cgroup. Then the init
-	// is launched, and its exec into the new namespaces overlaps with the
-	// planning below.
-	if s.limits, err = setupLimits(ctx, p, s.id, o.Logger); err != nil {
-		return nil, err
+	// The limits (probing the host's cgroups, maybe creating one) run
+	// beside the planning. The init must be in its cgroup before it runs
+	// anything: an init launched here is cloned into it, so the launch
+	// waits for the limits and the planning overlaps the init's exec
+	// instead; a prestarted init is already running and joins its cgroup
+	// when adopted, after the planning.
+	tLimits := time.Now()
+	limitsDone := make(chan error, 1)
+	var limitsTook time.Duration
+	go func() {
+		l, err := setupLimits(ctx, p, s.id, o.Logger)
+		s.limits, limitsTook = l, time.Since(tLimits)
+		limitsDone <- err
+	}()
+	var limitsErr error
+	joined := false
+	joinLimits := func() error {
+		if !joined {
+			joined = true
+			limitsErr = <-limitsDone
+			if o.Timing {
+				s.timing = append(s.timing, nsjail.Stage{Name: "supervisor.limits", Usec: limitsTook.Microseconds()})
+			}
+		}
+		return limitsErr
 	}
-	tm = mark("supervisor.limits", tm)
-	if s.limits.cg == nil {
-		if w := warnOnce(s.rec, "rlimit-fallback", "memory, pids and cpus are capped only per process here (no cgroup): "+s.limits.reason); w != "" {
-			s.warnings = append(s.warnings, w)
+	defer joinLimits() // before the error path's Close, which uses s.limits
+	var tLaunch time.Time
+	launch := func() error {
+		if err := joinLimits(); err != nil {
+			return err
+		}
+		if s.limits.cg == nil {
+			if w := warnOnce(s.rec, "rlimit-fallback", "memory, pids and cpus are capped only per process here (no cgroup): "+s.limits.reason); w != "" {
+				s.warnings = append(s.warnings, w)
+			}
+		}
+		cfg := &nsjail.Config{Executable: o.Executable, Logger: o.Logger, Prestarted: o.Prestarted}
+		if o.Diagnostics != nil {
+			cfg.Stderr = o.Diagnostics
+		}
+		if cg := s.limits.cg; cg != nil {
+			if fd, ok := cg.FD(); ok {
+				cfg.CgroupFD = fd // the init starts inside it (CLONE_INTO_CGROUP)
+			} else {
+				cfg.AfterStart = cg.AddProc // before the init runs any command
+			}
+		}
+		tLaunch = time.Now()
+		var err error
+		if s.sb, err = nsjail.Launch(cfg); err != nil {
+			return err
+		}
+		mark("supervisor.launch", tLaunch)
+		return nil
+	}
+	if o.Prestarted == nil {
+		if err = launch(); err != nil {
+			return nil, err
 		}
 	}
-	cfg := &nsjail.Config{Executable: o.Executable, Logger: o.Logger, Prestarted: o.Prestarted}
-	if o.Diagnostics != nil {
-		cfg.Stderr = o.Diagnostics
-	}
-	if cg := s.limits.cg; cg != nil {
-		if fd, ok := cg.FD(); ok {
-			cfg.CgroupFD = fd // the init starts inside it (CLONE_INTO_CGROUP)
-		} else {
-			cfg.AfterStart = cg.AddProc // before the init runs any command
-		}
-	}
-	tLaunch := time.Now()
-	if s.sb, err = nsjail.Launch(cfg); err != nil {
-		return nil, err
-	}
-	tm = mark("supervisor.launch", tm)
+	tm = time.Now()
 	if s.prot, err = mounts.PrepareProtected(s.ws, policy.WorkspaceMount, p.Filesystem.Protected); err != nil {
 		return nil, err
 	}
@@ -188,6 +222,11 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 		return nil, err
 	}
 	mark("supervisor.seccomp", tm)
+	if o.Prestarted != nil {
+		if err = launch(); err != nil {
+			return nil, err
+		}
+	}
 	if s.filter.NotifyUnavailable != "" {
 		s.rec.Record(seclog.Event{Kind: seclog.KindSandbox, Rule: "seccomp", Subject: "notification unavailable",
 			Message: "seccomp user notification unavailable (" + s.filter.NotifyUnavailable + "): denials are enforced but not logged", Level: slog.LevelInfo})

@@ -17,7 +17,8 @@
 # BENCH_WARMUP (default 5), BENCH_STAGE_RUNS (--debug runs, default 40),
 # BENCH_GO_N (iterations per Go benchmark, default 50; 0 skips them),
 # BENCH_CRUN=0 (skip the crun reference), BENCH_INSTALL=0 (never apt-get),
-# BENCH_NICE (as root, the run's niceness, default -10; 0 = unchanged).
+# BENCH_NICE (as root, the run's niceness, default -10; 0 = unchanged),
+# BENCH_IL_RUNS (rounds of the interleaved cold start, default 100).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -228,6 +229,19 @@ cmds=(-n host /bin/true)
 cmds+=(-n hutch "$BIN run -- /bin/true" -n hutch-net-none "$BIN run --net none -- /bin/true")
 warm
 hf cold "${cmds[@]}"
+
+# The same cold starts interleaved (one run of each command per round, 100
+# rounds): this machine's drift falls on every command alike, which one
+# hyperfine invocation (all runs of one command, then the next) cannot
+# promise. Both are reported.
+cp "$ROOT/bench/interleave.py" "$WORK/interleave.py"
+il=(host /bin/true)
+[ "$HAVE_BWRAP" = 1 ] && il+=(bwrap "$BW /bin/true")
+il+=(hutch "$BIN run -- /bin/true" hutch-net-none "$BIN run --net none -- /bin/true")
+warm
+say "group cold-interleaved"
+as_user python3 "$WORK/interleave.py" "${BENCH_IL_RUNS:-100}" "$WARMUP" "$UOUT/cold-interleaved.json" "${il[@]}"
+cp "$UOUT/cold-interleaved.json" "$OUT/cold-interleaved.json"
 
 # --- the pieces -----------------------------------------------------------------
 NS="unshare -U -m -p -i -u -C -f --map-root-user"

@@ -80,6 +80,23 @@ if cold and "hutch" in cold:
     else:
         verdict("cold start hutch <= 0.9x bwrap", False, "bwrap not measured")
 
+il = load("cold-interleaved")
+if il is not None:
+    p("## Cold start, interleaved: one run of each command per round (cold-interleaved.json)")
+    p(f"{'command':<24} {'median':>9} {'p25-p75':>17} {'min':>8} {'/host':>8} {'/bwrap':>8}")
+    for name, r in il.items():
+        t = r["times"]
+        row = f"{name:<24} {ms(r['median']):8.2f}m {ms(quantile(t, .25)):7.2f}-{ms(quantile(t, .75)):7.2f}m {ms(r['min']):7.2f}m"
+        row += f" {r['median'] / il['host']['median']:7.2f}x" if "host" in il else f" {'':>8}"
+        row += f" {r['median'] / il['bwrap']['median']:7.2f}x" if "bwrap" in il else f" {'':>8}"
+        p(row)
+    p()
+    if "bwrap" in il:
+        for n in ("hutch", "hutch-net-none"):
+            if n in il:
+                r = il[n]["median"] / il["bwrap"]["median"]
+                verdict(f"cold start {n} <= 0.9x bwrap (interleaved)", r <= 0.9, f"{r:.2f}x ({ms(il[n]['median']):.1f} vs {ms(il['bwrap']['median']):.1f} ms)")
+
 table("pieces", "Pieces: runtime start, namespaces")
 table("execstage", "Pieces: exec of the static binary up to the init's C constructor", base="bash-exec-true", ref="-")
 disc = table("discovery", "Registry discovery cache cold vs no discovery", base="hutch-no-discover", ref="-")
