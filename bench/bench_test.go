@@ -33,6 +33,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutchsandbox/hutch"
+	"github.com/hutchsandbox/hutch/agent"
 	"github.com/hutchsandbox/hutch/mounts"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seccompprofiles"
@@ -478,6 +479,31 @@ func (c *mcpClient) call(method string, params any) (map[string]any, error) {
 			}
 			res, _ := r["result"].(map[string]any)
 			return res, nil
+		}
+	}
+}
+
+// BenchmarkAgentRunCommand: the run_command tool in-process, without the
+// JSON-RPC layer: agent.Tool over a warm session, "/bin/true" as the command
+// line (so /bin/sh -c /bin/true inside), stdout and stderr captured through
+// pipes. MCPRunCommand minus this is what the protocol costs; this minus
+// HostShTrue is what the sandbox and the capture cost.
+func BenchmarkAgentRunCommand(b *testing.B) {
+	e := setup()
+	e.needHutch(b)
+	e.needUnprivileged(b)
+	ctx := context.Background()
+	ex, err := agent.NewSessionExecutor(ctx, &agent.HutchExecutor{Policy: apiPolicy(b, e, policy.NetProxy), Executable: e.bin})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ex.Close()
+	tool := &agent.Tool{Exec: ex}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		res, err := tool.RunCommand(ctx, agent.RunCommandInput{Command: "/bin/true"})
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("run_command /bin/true: %+v, %v", res, err)
 		}
 	}
 }
