@@ -160,8 +160,25 @@ if [ "$INTERACTIVE" = 1 ]; then
 		TERM=vt100 /bin/sh -i </dev/ttyS0 >/dev/ttyS0 2>&1
 	rc=$?
 else
+	# A watchdog for a hung guest (seen rarely at a payload's first hutch
+	# call, with both CPUs busy and not even the payload's timeout firing):
+	# after WATCHDOG_S it has the kernel print the blocked tasks' and every
+	# CPU's stacks (sysrq w and l) to the console. It waits with the
+	# shell's own read on a FIFO nobody writes (no sleep process for the
+	# payload to find, and nothing to fork when the time comes).
+	wd_s=$((GUEST_TIMEOUT - 30))
+	[ "$wd_s" -gt 120 ] && wd_s=120
+	mkfifo /run/hutch-watchdog
+	(
+		read -r -t "$wd_s" _ <>/run/hutch-watchdog
+		echo "init: watchdog: the payload still runs after ${wd_s}s; kernel stacks follow (sysrq w, l)"
+		echo w >/proc/sysrq-trigger
+		echo l >/proc/sysrq-trigger
+	) &
+	watchdog=$!
 	as_user timeout -s KILL "$GUEST_TIMEOUT" /bin/sh /vm/run </dev/null
 	rc=$?
+	kill "$watchdog" 2>/dev/null
 fi
 cd /
 echo "init: payload exit status $rc, uptime $(cut -d' ' -f1 /proc/uptime)s"
