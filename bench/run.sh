@@ -15,7 +15,9 @@
 #
 # Knobs (environment): BENCH_RUNS (hyperfine runs per command, default 40),
 # BENCH_WARMUP (default 5), BENCH_STAGE_RUNS (--debug runs, default 40),
-# BENCH_GO_N (iterations per Go benchmark, default 50; 0 skips them),
+# BENCH_GO_N (iterations per Go benchmark; default: as many as fit in
+# BENCH_GO_TIME, 2s, so that the fast ones average a thousand calls and the
+# first calls of a session weigh nothing; 0 skips them),
 # BENCH_CRUN=0 (skip the crun reference), BENCH_INSTALL=0 (never apt-get),
 # BENCH_NICE (as root, the run's niceness, default -10; 0 = unchanged),
 # BENCH_IL_RUNS (rounds of the interleaved cold start, default 100).
@@ -26,7 +28,10 @@ OUT=$ROOT/bench/results
 RUNS=${BENCH_RUNS:-40}
 WARMUP=${BENCH_WARMUP:-5}
 STAGE_RUNS=${BENCH_STAGE_RUNS:-40}
-GO_N=${BENCH_GO_N:-50}
+GO_N=${BENCH_GO_N:-}
+GO_TIME=${BENCH_GO_TIME:-2s}
+BENCHTIME=${GO_N:+${GO_N}x}
+BENCHTIME=${BENCHTIME:-$GO_TIME}
 SRC_BIN=${HUTCH_BIN:-$ROOT/bin/hutch}
 IS_ROOT=0
 [ "$(id -u)" = 0 ] && IS_ROOT=1
@@ -443,12 +448,12 @@ if [ "$GO_N" = 0 ]; then
 elif ! command -v go >/dev/null; then
 	skip "go benchmarks: no go toolchain"
 else
-	say "go benchmarks (-benchtime ${GO_N}x)"
+	say "go benchmarks (-benchtime $BENCHTIME)"
 	if (cd "$ROOT" && CGO_ENABLED=1 GOFLAGS=-mod=mod go test -c -o "$WORK/bin/bench.test" ./bench/) >&2; then
 		chmod 755 "$WORK/bin/bench.test"
 		warm
 		as_user env HUTCH_BIN="$BIN" TMPDIR="$UHOME" "$WORK/bin/bench.test" -test.run '^$' -test.bench . \
-			-test.benchtime "${GO_N}x" -test.count 1 >"$OUT/go-bench.txt" 2>&1 || true
+			-test.benchtime "$BENCHTIME" -test.count 1 >"$OUT/go-bench.txt" 2>&1 || true
 		cat "$OUT/go-bench.txt" >&2
 	else
 		skip "go benchmarks: go test -c ./bench/ failed"
