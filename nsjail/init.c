@@ -492,6 +492,34 @@ static pid_t spawn_via_spawner(const unsigned char *raw, size_t rawlen, const in
 	return (pid_t)v;
 }
 
+// read_spawn reads a spawn request's fields after the header: flags,
+// working directory, argv and the environment (NULL-terminated arrays of
+// pointers into the message, to free). Returns -1, with nothing to free,
+// when the request is malformed.
+static int read_spawn(struct hutch_rd *r, uint32_t *flags, const char **cwd, char ***argv, char ***envp) {
+	*flags = hutch_rd_u32(r);
+	*cwd = hutch_rd_str(r);
+	*argv = *envp = NULL;
+	uint32_t argc = hutch_rd_u32(r);
+	if (r->bad || argc == 0 || argc > 65536)
+		return -1;
+	char **av = calloc((size_t)argc + 1, sizeof *av);
+	for (uint32_t i = 0; av && i < argc; i++)
+		av[i] = (char *)hutch_rd_str(r);
+	uint32_t envc = hutch_rd_u32(r);
+	char **ev = av && !r->bad && envc <= 65536 ? calloc((size_t)envc + 1, sizeof *ev) : NULL;
+	for (uint32_t i = 0; ev && i < envc; i++)
+		ev[i] = (char *)hutch_rd_str(r);
+	if (!ev || r->bad) {
+		free(av);
+		free(ev);
+		return -1;
+	}
+	*argv = av;
+	*envp = ev;
+	return 0;
+}
+
 // spawner_main is the spawner's loop (after hutch_spawner_harden): one
 // request per message on fd 3, answered with the reaper's pid or -errno.
 static int sandbox_uid, sandbox_gid;
@@ -516,18 +544,10 @@ __attribute__((noreturn)) static void spawner_main(unsigned char *buf) {
 			hutch_rd_u32(&r);
 			hutch_rd_u32(&r);
 			hutch_rd_i64(&r);
-			hutch_rd_u32(&r); // flags
-			const char *cwd = hutch_rd_str(&r);
-			uint32_t argc = hutch_rd_u32(&r);
-			if (r.bad || argc == 0 || argc > 65536)
-				_exit(125);
-			char **argv = calloc((size_t)argc + 1, sizeof *argv);
-			for (uint32_t i = 0; argv && i < argc; i++)
-				argv[i] = (char *)hutch_rd_str(&r);
-			uint32_t envc = hutch_rd_u32(&r);
-			char **envp = envc <= 65536 ? calloc((size_t)envc + 1, sizeof *envp) : NULL;
-			for (uint32_t i = 0; envp && i < envc; i++)
-				envp[i] = (char *)hutch_rd_str(&r);
+			uint32_t flags;
+			const char *cwd;
+			char **argv, **envp;
+			int bad = read_spawn(&r, &flags, &cwd, &argv, &envp) < 0;
 			// 0-2 stdio, 3 the status pipe, 4 the scope ruleset (on 7
 			// in the spawner).
 			int tmp[5];
@@ -540,7 +560,7 @@ __attribute__((noreturn)) static void spawner_main(unsigned char *buf) {
 				else
 					close(i);
 			}
-			if (!argv || !envp || r.bad) {
+			if (bad) {
 				static const char m[] = "125 22 malformed spawn request";
 				ssize_t k = write(3, m, sizeof m - 1);
 				(void)k;
@@ -673,29 +693,12 @@ static void do_start_spawner(uint64_t id, struct hutch_rd *r, int *fds, int nfds
 }
 
 static void do_spawn(uint64_t id, struct hutch_rd *r, const unsigned char *raw, size_t rawlen, int *fds, int nfds) {
-	uint32_t flags = hutch_rd_u32(r);
-	const char *cwd = hutch_rd_str(r);
-	uint32_t argc = hutch_rd_u32(r);
+	uint32_t flags;
+	const char *cwd;
 	char **argv = NULL, **envp = NULL;
-	int notify = (flags & HUTCH_SPAWN_NOTIFY) != 0;
-	if (flags & HUTCH_SPAWN_VIA_SPAWNER)
-		notify = 0;
-	if (r->bad || argc == 0 || argc > 65536 || nfds < 3 + notify) {
-		spawn_error(id, 125, "malformed spawn request");
-		goto out;
-	}
-	argv = calloc((size_t)argc + 1, sizeof *argv);
-	for (uint32_t i = 0; argv && i < argc; i++)
-		argv[i] = (char *)hutch_rd_str(r);
-	uint32_t envc = hutch_rd_u32(r);
-	if (!argv || r->bad || envc > 65536) {
-		spawn_error(id, 125, "malformed spawn request");
-		goto out;
-	}
-	envp = calloc((size_t)envc + 1, sizeof *envp);
-	for (uint32_t i = 0; envp && i < envc; i++)
-		envp[i] = (char *)hutch_rd_str(r);
-	if (!envp || r->bad) {
+	int bad = read_spawn(r, &flags, &cwd, &argv, &envp) < 0;
+	int notify = (flags & HUTCH_SPAWN_NOTIFY) != 0 && !(flags & HUTCH_SPAWN_VIA_SPAWNER);
+	if (bad || nfds < 3 + notify) {
 		spawn_error(id, 125, "malformed spawn request");
 		goto out;
 	}
