@@ -117,7 +117,8 @@ func (e *enc) strs(what string, ss []string) {
 	}
 }
 
-// dec reads one message's fields; a short or malformed field sets bad.
+// dec reads one message's fields, as init.c's hutch_rd_* do; a short or
+// malformed field sets bad.
 type dec struct {
 	b   []byte
 	bad bool
@@ -143,9 +144,11 @@ func (d *dec) i64() int64 {
 	return int64(v)
 }
 
+// str checks what the C reader (hutch_rd_str) checks: the length fits, a
+// NUL follows, and there is no NUL inside.
 func (d *dec) str() string {
 	n := int(d.u32())
-	if d.bad || len(d.b) < n+1 {
+	if d.bad || len(d.b) < n+1 || d.b[n] != 0 || strings.IndexByte(string(d.b[:n]), 0) >= 0 {
 		d.bad = true
 		return ""
 	}

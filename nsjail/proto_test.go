@@ -1,51 +1,11 @@
 package nsjail
 
 import (
-	"encoding/binary"
 	"strings"
 	"testing"
 
 	"github.com/hutchsandbox/hutch/mounts"
 )
-
-// reader mirrors hutch_rd_* in init.c: the C side of the wire format.
-type reader struct {
-	b   []byte
-	bad bool
-}
-
-func (r *reader) u32() uint32 {
-	if len(r.b) < 4 {
-		r.bad = true
-		return 0
-	}
-	v := binary.NativeEndian.Uint32(r.b)
-	r.b = r.b[4:]
-	return v
-}
-
-func (r *reader) i64() int64 {
-	if len(r.b) < 8 {
-		r.bad = true
-		return 0
-	}
-	v := int64(binary.NativeEndian.Uint64(r.b))
-	r.b = r.b[8:]
-	return v
-}
-
-// str checks what the C reader checks: the length fits, a NUL follows, and
-// there is no NUL inside.
-func (r *reader) str() string {
-	n := int(r.u32())
-	if r.bad || len(r.b) < n+1 || r.b[n] != 0 || strings.IndexByte(string(r.b[:n]), 0) >= 0 {
-		r.bad = true
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n+1:]
-	return s
-}
 
 // The setup message, read field by field in init.c's order.
 func TestEncodeSetupMatchesTheInitsReader(t *testing.T) {
@@ -62,7 +22,7 @@ func TestEncodeSetupMatchesTheInitsReader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &reader{b: b}
+	r := &dec{b: b} // reads as init.c's hutch_rd_* do
 	if op, pad, id := r.u32(), r.u32(), r.i64(); op != opSetup || pad != 0 || id != 7 {
 		t.Fatalf("header: op %d pad %d id %d", op, pad, id)
 	}
@@ -207,6 +167,8 @@ func TestDecodeInitMessages(t *testing.T) {
 		"unknown op":    appendMsg(99, 0),
 		"truncated":     appendMsg(opExit, 1, int64(0)),
 		"string length": append(appendMsg(opFail, 0), 0xff, 0xff, 0, 0, 'x'),
+		"no final NUL":  append(appendMsg(opFail, 0), 1, 0, 0, 0, 'x', 'y'),
+		"NUL inside":    append(appendMsg(opFail, 0), 2, 0, 0, 0, 'x', 0, 0),
 	} {
 		if _, err := decode(b); err == nil {
 			t.Errorf("%s: decoded without error", name)
