@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hutchsandbox/hutch/hostdirs"
 	"github.com/hutchsandbox/hutch/mounts"
 	"github.com/hutchsandbox/hutch/nsjail"
 	"github.com/hutchsandbox/hutch/policy"
@@ -188,7 +189,15 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 		}
 	}
 	tm = time.Now()
-	if s.prot, err = mounts.PrepareProtected(s.ws, policy.WorkspaceMount, p.Filesystem.Protected); err != nil {
+	own := hostdirs.Own()
+	if l := o.SecurityLog; l != nil && l.Path() != "" {
+		own = append(own, filepath.Dir(l.Path()))
+	}
+	hidden, err := hostdirs.InWorkspace(s.ws, own)
+	if err != nil {
+		return nil, err
+	}
+	if s.prot, err = mounts.PrepareProtected(s.ws, policy.WorkspaceMount, p.Filesystem.Protected, hidden); err != nil {
 		return nil, err
 	}
 	spec := &mounts.Spec{

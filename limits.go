@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutchsandbox/hutch/cgroup"
+	"github.com/hutchsandbox/hutch/hostdirs"
 	"github.com/hutchsandbox/hutch/nsjail"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seclog"
@@ -84,7 +85,7 @@ func setupLimits(ctx context.Context, p *policy.Policy, id string, logger *slog.
 // does not repeat it, and "" afterwards; it always goes to the security log.
 func warnOnce(rec *seclog.Recorder, subject, msg string) string {
 	rec.Record(seclog.Event{Kind: seclog.KindSandbox, Rule: "enforcement", Subject: subject, Message: msg, Level: slog.LevelInfo})
-	dir := cacheDir()
+	dir := hostdirs.Cache()
 	if dir != "" {
 		key := fmt.Sprintf("%x", []byte(subject))
 		if len(key) > 64 {

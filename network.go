@@ -18,9 +18,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutchsandbox/hutch/egress"
+	"github.com/hutchsandbox/hutch/hostdirs"
 	"github.com/hutchsandbox/hutch/nsjail"
 	"github.com/hutchsandbox/hutch/policy"
-	"github.com/hutchsandbox/hutch/seccompprofiles"
 	"github.com/hutchsandbox/hutch/seclog"
 )
 
@@ -45,7 +45,7 @@ func DiscoverRegistries(ctx context.Context, workspace string, fresh bool) []egr
 	}
 	h.Write([]byte(workspace))
 	key := hex.EncodeToString(h.Sum(nil))[:24]
-	dir := cacheDir()
+	dir := hostdirs.Cache()
 	path := ""
 	if dir != "" {
 		path = filepath.Join(dir, "registries-"+key+".json")
@@ -66,15 +66,6 @@ func DiscoverRegistries(ctx context.Context, workspace string, fresh bool) []egr
 		}
 	}
 	return d
-}
-
-// cacheDir is hutch's per-user cache directory ("" when there is none);
-// the seccomp filter cache is its seccomp/ subdirectory.
-func cacheDir() string {
-	if d := seccompprofiles.DefaultCacheDir(); d != "" {
-		return filepath.Dir(d)
-	}
-	return ""
 }
 
 // egressServer runs the egress proxy for one sandbox on the sockets its

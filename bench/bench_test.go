@@ -584,7 +584,7 @@ func BenchmarkSupervisorPlan(b *testing.B) {
 	p := policy.Default()
 	b.Run("protected-paths", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			prot, err := mounts.PrepareProtected(ws, policy.WorkspaceMount, p.Filesystem.Protected)
+			prot, err := mounts.PrepareProtected(ws, policy.WorkspaceMount, p.Filesystem.Protected, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -280,77 +280,102 @@ type Protection struct {
 }
 
 // PrepareProtected inspects the workspace on the host and returns the steps
-// that keep each protected path read-only inside. A missing path gets an
-// empty placeholder directory on the host (the only way to have a mount
-// point there), covered read-only inside so it cannot be created; a symlink
-// anywhere along a protected path is refused, since sandboxed code could
-// retarget it. Every existing directory on the way is pinned (made a mount
-// point) so that it cannot be renamed away and recreated.
-func PrepareProtected(workspace, mountAt string, protected []string) (*Protection, error) {
-	pr := &Protection{}
-	pinned := map[string]bool{}
-	var placed []string
-	var pins, prots []Step
+// that keep each protected path read-only inside and each hidden path
+// covered by an empty read-only directory (hutch's own directories, see
+// package hostdirs). A missing protected path gets an empty placeholder
+// directory on the host (the only way to have a mount point there), covered
+// read-only inside so it cannot be created; a symlink anywhere along a
+// protected or hidden path is refused, since sandboxed code could retarget
+// it. Every existing directory on the way is pinned (made a mount point) so
+// that it cannot be renamed away and recreated.
+func PrepareProtected(workspace, mountAt string, protected, hidden []string) (*Protection, error) {
+	w := &protectWalk{workspace: workspace, mountAt: mountAt, pinned: map[string]bool{}, pr: &Protection{}}
 	for _, rel := range protected {
-		clean := filepath.Clean(rel)
-		if filepath.IsAbs(clean) || clean == "." || strings.HasPrefix(clean, "..") {
-			return pr, fmt.Errorf("protected path %q: want a path relative to the workspace", rel)
+		if err := w.walk(rel, Protect, "protected path "+rel, "placeholder for missing protected path "+rel); err != nil {
+			return w.pr, err
 		}
-		if coveredBy(clean, placed) {
-			continue // a placeholder above it already makes it uncreatable
+	}
+	for _, rel := range hidden {
+		if err := w.walk(rel, Hide, "hutch's own directory, hidden", "hutch's own directory, hidden"); err != nil {
+			return w.pr, err
 		}
-		comps := strings.Split(clean, "/")
-		dirfd, err := unix.Open(workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	}
+	// Pins first (shallow to deep), then the leaves: a recursive self-bind
+	// made later would copy the read-only mounts beneath it.
+	sort.SliceStable(w.pins, func(a, b int) bool { return len(w.pins[a].Target) < len(w.pins[b].Target) })
+	w.pr.Steps = append(w.pins, w.leaves...)
+	return w.pr, nil
+}
+
+// protectWalk is PrepareProtected's state.
+type protectWalk struct {
+	workspace, mountAt string
+	pr                 *Protection
+	pinned             map[string]bool
+	placed             []string
+	pins, leaves       []Step
+}
+
+// walk resolves rel component by component without following symlinks,
+// pinning existing directories and ending with a leaf step of kind.
+func (w *protectWalk) walk(rel string, kind Kind, why, whyPlaceholder string) error {
+	clean := filepath.Clean(rel)
+	if filepath.IsAbs(clean) || clean == "." || strings.HasPrefix(clean, "..") {
+		return fmt.Errorf("protected path %q: want a path relative to the workspace", rel)
+	}
+	if coveredBy(clean, w.placed) {
+		return nil // a placeholder above it already makes it uncreatable
+	}
+	comps := strings.Split(clean, "/")
+	dirfd, err := unix.Open(w.workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open workspace %s: %w", w.workspace, err)
+	}
+	defer func() { unix.Close(dirfd) }()
+	cur := ""
+	for i, c := range comps {
+		cur = filepath.Join(cur, c)
+		inside := filepath.Join(w.mountAt, cur)
+		var st unix.Stat_t
+		err := unix.Fstatat(dirfd, c, &st, unix.AT_SYMLINK_NOFOLLOW)
+		if errors.Is(err, unix.ENOENT) {
+			if err := unix.Mkdirat(dirfd, c, 0o755); err != nil {
+				return fmt.Errorf("protected path %s: create placeholder %s: %w", rel, cur, err)
+			}
+			w.pr.Placeholders = append(w.pr.Placeholders, filepath.Join(w.workspace, cur))
+			w.placed = append(w.placed, cur)
+			w.leaves = append(w.leaves, Step{Kind: kind, Target: inside, NoSymlinks: true, Why: whyPlaceholder})
+			return nil
+		}
 		if err != nil {
-			return pr, fmt.Errorf("open workspace %s: %w", workspace, err)
+			return fmt.Errorf("protected path %s: stat %s: %w", rel, cur, err)
 		}
-		cur := ""
-		for i, c := range comps {
-			cur = filepath.Join(cur, c)
-			inside := filepath.Join(mountAt, cur)
-			var st unix.Stat_t
-			err := unix.Fstatat(dirfd, c, &st, unix.AT_SYMLINK_NOFOLLOW)
-			if errors.Is(err, unix.ENOENT) {
-				if err := unix.Mkdirat(dirfd, c, 0o755); err != nil {
-					unix.Close(dirfd)
-					return pr, fmt.Errorf("protected path %s: create placeholder %s: %w", rel, cur, err)
-				}
-				pr.Placeholders = append(pr.Placeholders, filepath.Join(workspace, cur))
-				placed = append(placed, cur)
-				prots = append(prots, Step{Kind: Protect, Target: inside, NoSymlinks: true, Why: "placeholder for missing protected path " + rel})
-				break
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK && kind == Hide {
+			return fmt.Errorf("hutch's own directory %s in the workspace: %s is a symlink, which sandboxed code could retarget; use a workspace that does not contain hutch's directories (XDG_CACHE_HOME, XDG_STATE_HOME, XDG_RUNTIME_DIR)", rel, cur)
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return fmt.Errorf("protected path %s: %s is a symlink, which hutch cannot protect; replace it with a real file or directory, or remove %q from filesystem.protected", rel, cur, rel)
+		}
+		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+		if i == len(comps)-1 || !isDir {
+			if kind == Hide && !isDir {
+				return fmt.Errorf("hutch's own directory %s in the workspace: %s is not a directory", rel, cur)
 			}
-			if err != nil {
-				unix.Close(dirfd)
-				return pr, fmt.Errorf("protected path %s: stat %s: %w", rel, cur, err)
-			}
-			if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-				unix.Close(dirfd)
-				return pr, fmt.Errorf("protected path %s: %s is a symlink, which hutch cannot protect; replace it with a real file or directory, or remove %q from filesystem.protected", rel, cur, rel)
-			}
-			isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
-			if i == len(comps)-1 || !isDir {
-				prots = append(prots, Step{Kind: Protect, Target: inside, NoSymlinks: true, Why: "protected path " + rel})
-				break
-			}
-			if !pinned[cur] {
-				pinned[cur] = true
-				pins = append(pins, Step{Kind: Pin, Target: inside, NoSymlinks: true, Why: "pin parent of protected path " + rel})
-			}
-			next, err := unix.Openat(dirfd, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			unix.Close(dirfd)
-			if err != nil {
-				return pr, fmt.Errorf("protected path %s: open %s: %w", rel, cur, err)
-			}
-			dirfd = next
+			w.leaves = append(w.leaves, Step{Kind: kind, Target: inside, NoSymlinks: true, Why: why})
+			return nil
+		}
+		if !w.pinned[cur] {
+			w.pinned[cur] = true
+			w.pins = append(w.pins, Step{Kind: Pin, Target: inside, NoSymlinks: true, Why: "pin parent of " + why})
+		}
+		next, err := unix.Openat(dirfd, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("protected path %s: open %s: %w", rel, cur, err)
 		}
 		unix.Close(dirfd)
+		dirfd = next
 	}
-	// Pins first (shallow to deep), then the protected leaves: a recursive
-	// self-bind made later would copy the read-only mounts beneath it.
-	sort.SliceStable(pins, func(a, b int) bool { return len(pins[a].Target) < len(pins[b].Target) })
-	pr.Steps = append(pins, prots...)
-	return pr, nil
+	return nil
 }
 
 func coveredBy(rel string, placed []string) bool {

@@ -77,7 +77,7 @@ func TestPrepareProtected(t *testing.T) {
 		ws := t.TempDir()
 		os.MkdirAll(filepath.Join(ws, ".git", "hooks"), 0o755)
 		os.WriteFile(filepath.Join(ws, ".git", "config"), nil, 0o644)
-		pr, err := PrepareProtected(ws, "/workspace", []string{".git/hooks", ".git/config"})
+		pr, err := PrepareProtected(ws, "/workspace", []string{".git/hooks", ".git/config"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +98,7 @@ func TestPrepareProtected(t *testing.T) {
 	})
 	t.Run("missing", func(t *testing.T) {
 		ws := t.TempDir()
-		pr, err := PrepareProtected(ws, "/workspace", []string{".git/hooks", ".git/config"})
+		pr, err := PrepareProtected(ws, "/workspace", []string{".git/hooks", ".git/config"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +120,7 @@ func TestPrepareProtected(t *testing.T) {
 		// itself protected, read-only.
 		ws := t.TempDir()
 		os.WriteFile(filepath.Join(ws, ".git"), []byte("gitdir: /elsewhere\n"), 0o644)
-		pr, err := PrepareProtected(ws, "/workspace", []string{".git/hooks"})
+		pr, err := PrepareProtected(ws, "/workspace", []string{".git/hooks"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,13 +131,40 @@ func TestPrepareProtected(t *testing.T) {
 	t.Run("symlink", func(t *testing.T) {
 		ws := t.TempDir()
 		os.Symlink("/etc", filepath.Join(ws, ".git"))
-		_, err := PrepareProtected(ws, "/workspace", []string{".git/hooks"})
+		_, err := PrepareProtected(ws, "/workspace", []string{".git/hooks"}, nil)
 		if err == nil || !strings.Contains(err.Error(), "protected path .git/hooks: .git is a symlink") {
 			t.Errorf("err = %v", err)
 		}
 	})
+	t.Run("hidden", func(t *testing.T) {
+		ws := t.TempDir()
+		os.MkdirAll(filepath.Join(ws, ".git", "hooks"), 0o755)
+		os.MkdirAll(filepath.Join(ws, ".cache", "hutch"), 0o700)
+		os.WriteFile(filepath.Join(ws, ".state"), nil, 0o644)
+		pr, err := PrepareProtected(ws, "/workspace", []string{".git/hooks"}, []string{".cache/hutch"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, s := range pr.Steps {
+			got = append(got, string(s.Kind)+" "+s.Target)
+		}
+		want := "pin /workspace/.git,pin /workspace/.cache,protect /workspace/.git/hooks,hide /workspace/.cache/hutch"
+		if strings.Join(got, ",") != want {
+			t.Errorf("steps %v, want %s", got, want)
+		}
+		_, err = PrepareProtected(ws, "/workspace", nil, []string{".state/hutch"})
+		if err == nil || !strings.Contains(err.Error(), ".state is not a directory") {
+			t.Errorf("a file on the way to a hidden directory: err = %v", err)
+		}
+		os.Symlink("/tmp", filepath.Join(ws, "link"))
+		_, err = PrepareProtected(ws, "/workspace", nil, []string{"link/hutch"})
+		if err == nil || !strings.Contains(err.Error(), "link is a symlink") {
+			t.Errorf("a symlink on the way to a hidden directory: err = %v", err)
+		}
+	})
 	t.Run("escape", func(t *testing.T) {
-		_, err := PrepareProtected(t.TempDir(), "/workspace", []string{"../x"})
+		_, err := PrepareProtected(t.TempDir(), "/workspace", []string{"../x"}, nil)
 		if err == nil || !strings.Contains(err.Error(), "want a path relative to the workspace") {
 			t.Errorf("err = %v", err)
 		}

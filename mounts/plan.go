@@ -50,6 +50,10 @@ const (
 	// Protect binds Target onto itself read-only (a protected path inside
 	// the workspace).
 	Protect Kind = "protect"
+	// Hide covers the directory Target with an empty read-only tmpfs,
+	// resolving Target like Protect (hutch's own directories when they lie
+	// inside the workspace; see package hostdirs).
+	Hide Kind = "hide"
 )
 
 // Step is one primitive operation. Targets are absolute paths inside the

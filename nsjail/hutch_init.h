@@ -65,6 +65,7 @@ enum {
 	HUTCH_STEP_PIN,
 	HUTCH_STEP_SEAL,
 	HUTCH_STEP_PROTECT,
+	HUTCH_STEP_HIDE,
 };
 
 // Step flags.

@@ -254,6 +254,18 @@ static int apply(struct ex *x, int root, const struct hutch_step *s, int src, in
 			return ex_fail(x, "mount_setattr: %s", es(e));
 		return 0;
 	}
+	case HUTCH_STEP_HIDE: {
+		int fd = open_beneath(x, root, s);
+		if (fd < 0)
+			return -1;
+		int rc = mount("tmpfs", fd_path(fd, pb, sizeof pb), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+		               "size=4096,nr_inodes=1,mode=0500");
+		int e = errno;
+		close(fd);
+		if (rc < 0)
+			return ex_fail(x, "cover with an empty directory: %s", es(e));
+		return 0;
+	}
 	case HUTCH_STEP_TMPFS: {
 		if (mount_point(x, s, 1) < 0)
 			return -1;

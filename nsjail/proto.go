@@ -60,7 +60,7 @@ const (
 var stepKinds = map[mounts.Kind]uint32{
 	mounts.Bind: 1, mounts.Tmpfs: 2, mounts.Proc: 3, mounts.Devpts: 4, mounts.Sysfs: 5,
 	mounts.Mkdir: 6, mounts.File: 7, mounts.Symlink: 8, mounts.MaskFile: 9, mounts.MaskDir: 10,
-	mounts.ReadOnly: 11, mounts.Pin: 12, mounts.Seal: 13, mounts.Protect: 14,
+	mounts.ReadOnly: 11, mounts.Pin: 12, mounts.Seal: 13, mounts.Protect: 14, mounts.Hide: 15,
 }
 
 // maxMsg bounds one control message; must match HUTCH_MAX_MSG.

@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/hutchsandbox/hutch/hostdirs"
+
 	seccomp "github.com/seccomp/libseccomp-golang"
 )
 
@@ -32,15 +34,11 @@ type Cache struct {
 	Logger *slog.Logger
 }
 
-// DefaultCacheDir is $XDG_CACHE_HOME/hutch/seccomp, else
-// $HOME/.cache/hutch/seccomp, else "" (no caching).
+// DefaultCacheDir is the seccomp/ subdirectory of hutch's cache
+// (hostdirs.Cache), or "" (no caching) when there is none.
 func DefaultCacheDir() string {
-	if d := os.Getenv("XDG_CACHE_HOME"); d != "" && filepath.IsAbs(d) {
-		return filepath.Join(d, "hutch", "seccomp")
-	}
-	// nobody's HOME (/nonexistent) is no place for a cache.
-	if h := os.Getenv("HOME"); h != "" && filepath.IsAbs(h) && h != "/nonexistent" {
-		return filepath.Join(h, ".cache", "hutch", "seccomp")
+	if d := hostdirs.Cache(); d != "" {
+		return filepath.Join(d, "seccomp")
 	}
 	return ""
 }

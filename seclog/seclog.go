@@ -18,6 +18,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/hutchsandbox/hutch/hostdirs"
 )
 
 // Event kinds.
@@ -58,14 +60,12 @@ type Log struct {
 	path   string
 }
 
-// DefaultPath is $XDG_STATE_HOME/hutch/security.log, or
+// DefaultPath is security.log in hutch's state directory
+// (hostdirs.State): $XDG_STATE_HOME/hutch/security.log, or
 // ~/.local/state/hutch/security.log; "" when neither is known.
 func DefaultPath() string {
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" && filepath.IsAbs(d) {
-		return filepath.Join(d, "hutch", "security.log")
-	}
-	if h := os.Getenv("HOME"); h != "" && filepath.IsAbs(h) && h != "/nonexistent" {
-		return filepath.Join(h, ".local", "state", "hutch", "security.log")
+	if d := hostdirs.State(); d != "" {
+		return filepath.Join(d, "security.log")
 	}
 	return ""
 }

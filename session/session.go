@@ -13,23 +13,19 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hutchsandbox/hutch/hostdirs"
 )
 
 // Dir returns the directory that holds session sockets, creating it:
 // $XDG_RUNTIME_DIR/hutch, or /tmp/hutch-UID when there is no runtime
 // directory. An existing directory must belong to the user and be 0700.
 func Dir() (string, error) {
-	var dir string
-	if rt := os.Getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(rt) {
-		dir = filepath.Join(rt, "hutch")
-	} else {
-		dir = filepath.Join(os.TempDir(), "hutch-"+strconv.Itoa(os.Getuid()))
-	}
+	dir := hostdirs.Runtime()
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", fmt.Errorf("session directory %s: %w", dir, err)
 	}

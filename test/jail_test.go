@@ -1,6 +1,8 @@
 package test
 
 import (
+	"crypto/sha256"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -565,4 +567,101 @@ func TestPlaceholderOutlivesStrayProcesses(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(ws, ".git")); !os.IsNotExist(err) {
 		t.Errorf("after the clean run the workspace has .git (%v)", err)
 	}
+}
+
+// TestOwnDirsHidden: hutch's own directories (the cache it loads the
+// seccomp filter and allowlisted registries from, the security log, the
+// session sockets) are not writable, readable or replaceable from a sandbox
+// whose workspace contains them (a workspace of $HOME).
+func TestOwnDirsHidden(t *testing.T) {
+	ws := userDir(t)
+	o := opts{dir: ws, env: []string{
+		"XDG_CACHE_HOME=" + filepath.Join(ws, ".cache"),
+		"XDG_STATE_HOME=" + filepath.Join(ws, ".local", "state"),
+		"XDG_RUNTIME_DIR=" + filepath.Join(ws, "run"),
+	}}
+	rt := filepath.Join(ws, "run")
+	if err := os.Mkdir(rt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(rt, testUID, testGID)
+	// A first run fills the cache (the compiled seccomp filter).
+	mustCode(t, hutch(t, o, "run", "--no-discover", "--", "true"), 0)
+	seccompDir := filepath.Join(ws, ".cache", "hutch", "seccomp")
+	before := dirDigest(t, seccompDir)
+	if before == "" {
+		t.Fatalf("no seccomp cache written to %s: the test would prove nothing", seccompDir)
+	}
+	name := fmt.Sprintf("t%d", time.Now().UnixNano()%1e9)
+	mustCode(t, hutch(t, o, "session", "start", "--name", name), 0)
+	t.Cleanup(func() { hutch(t, o, "session", "stop", name) })
+
+	script := `
+mkdir -p .cache/hutch/seccomp 2>/dev/null && echo WROTE .cache/hutch/seccomp
+for d in .cache/hutch .local/state/hutch run/hutch; do
+  [ -n "$(ls -A $d 2>/dev/null)" ] && echo VISIBLE $d
+  touch $d/x 2>/dev/null && echo WROTE $d
+  rm -rf $d 2>/dev/null; [ -d $d ] || echo REMOVED $d
+done
+mv .cache .cache-moved 2>/dev/null && echo MOVED-CACHE
+mv .local/state .local/s2 2>/dev/null && echo MOVED-STATE
+mv run run2 2>/dev/null && echo MOVED-RUN
+echo done`
+	bad := []string{"VISIBLE", "WROTE", "REMOVED", "MOVED-"}
+	check := func(how string, r result) {
+		t.Helper()
+		mustCode(t, r, 0)
+		for _, b := range bad {
+			if strings.Contains(r.stdout, b) {
+				t.Errorf("%s: hutch's own directories reachable from the sandbox (%s):\n%s", how, b, r.stdout)
+			}
+		}
+		if !strings.Contains(r.stdout, "done") {
+			t.Errorf("%s: script did not finish:\n%s\n%s", how, r.stdout, r.stderr)
+		}
+	}
+	check("run", hutch(t, o, "run", "--no-discover", "--", "/bin/sh", "-c", script))
+	check("exec", hutch(t, o, "exec", name, "--", "/bin/sh", "-c", script))
+	if after := dirDigest(t, seccompDir); after != before {
+		t.Errorf("the seccomp cache changed on the host:\nbefore %s\nafter  %s", before, after)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "run", "hutch", name+".sock")); err != nil {
+		t.Errorf("the session's socket is gone from the host: %v", err)
+	}
+	// The next sandbox still loads the intact filter.
+	r := hutch(t, o, "run", "--no-discover", "--", "/bin/sh", "-c", "unshare -Ur true 2>&1 || echo DENIED")
+	if !strings.Contains(r.stdout, "DENIED") {
+		t.Errorf("seccomp no longer denies unshare after the attack:\n%s\n%s", r.stdout, r.stderr)
+	}
+
+	t.Run("workspace-inside-cache", func(t *testing.T) {
+		inner := filepath.Join(ws, ".cache", "hutch", "proj")
+		if err := os.MkdirAll(inner, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chown(inner, testUID, testGID)
+		r := hutch(t, opts{dir: inner, env: o.env}, "run", "--", "true")
+		mustCode(t, r, 125)
+		if !strings.Contains(r.stderr, "is inside hutch's own directory") || !strings.Contains(r.stderr, "--workspace") {
+			t.Errorf("workspace inside the cache not refused clearly:\n%s", r.stderr)
+		}
+	})
+}
+
+// dirDigest lists the names, sizes and contents' checksums of dir's files.
+func dirDigest(t *testing.T, dir string) string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, e := range ents {
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s:%d:%x ", e.Name(), len(data), sha256.Sum256(data))
+	}
+	return b.String()
 }
