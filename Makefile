@@ -25,7 +25,7 @@ deps-test:
 	@sh scripts/deps.sh $(DEB_BUILD) $(DEB_TEST)
 	@command -v npm >/dev/null || sh scripts/deps.sh npm
 
-$(BIN): deps $(shell find . -name '*.go' -o -name '*.c' -o -name '*.json' | grep -v '^./test/') go.mod
+$(BIN): deps $(shell find . -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.json' | grep -v '^./test/') go.mod
 	@mkdir -p bin
 	$(GO) build -trimpath -tags $(BUILD_TAGS) -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/hutch
 

@@ -263,6 +263,14 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 	if o.Timing {
 		s.timing = append(s.timing, nsjail.Stage{Name: "supervisor.configure", Usec: time.Since(tLaunch).Microseconds()})
 	}
+	if pre := o.Prestarted; pre != nil && pre.PlanHint != "" {
+		if o.Logger != nil {
+			o.Logger.Debug("plan hint", "path", pre.PlanHint, "state", s.sb.Ready.PlanHint)
+		}
+		if s.sb.Ready.PlanHint != "used" {
+			storePlanHint(pre.PlanHint, plan, o.Logger)
+		}
+	}
 	s.recordLandlockGaps()
 	if proxied {
 		te := time.Now()

@@ -112,6 +112,26 @@ typedef void (*hutch_mark_fn)(const char *name, long usec);
 // failure it returns -1 with a message in err.
 int hutch_mounts_execute(const struct hutch_plan *p, hutch_mark_fn mark, char *err, size_t errlen);
 
+// The same in phases, so that the init can build a root from a plan hint
+// before its setup arrives (see init.c): begin (open the bind sources, make
+// "/" private, mount the root tmpfs), steps (apply steps up to a bound),
+// then finish (the remaining steps, pivot_root; releases the state) or
+// abandon (detach the half-built root; releases the state). On failure
+// begin, steps and finish return -1 with a message in err; after a failed
+// begin or steps, call abandon.
+struct hutch_mounts {
+	char *err;
+	size_t errlen;
+	int *srcs; // O_PATH descriptors of the bind sources, by step
+	int devnull, root;
+	int mounted;   // the root tmpfs is on the staging directory
+	uint32_t done; // steps applied so far
+};
+int hutch_mounts_begin(struct hutch_mounts *m, const struct hutch_plan *p, hutch_mark_fn mark, char *err, size_t errlen);
+int hutch_mounts_steps(struct hutch_mounts *m, const struct hutch_plan *p, uint32_t upto, hutch_mark_fn mark);
+int hutch_mounts_finish(struct hutch_mounts *m, const struct hutch_plan *p, hutch_mark_fn mark);
+void hutch_mounts_abandon(struct hutch_mounts *m, const struct hutch_plan *p);
+
 // hutch_strerror is strerror with a lower-case first letter, as Go spells
 // errno values, so messages read the same whichever side made them.
 const char *hutch_strerror(int e, char *buf, size_t len);

@@ -36,6 +36,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -224,11 +225,13 @@ static struct {
 		const char *name;
 		long usec;
 	} marks[16];
+	// loopback_up's failure, when it ran before the setup arrived
+	char net_err[256];
 	int nmarks;
 } in = {.bpf_fd = -1, .ll_fd = -1};
 
 static void mark(const char *name, long usec) {
-	if (in.timing && in.nmarks < 16) {
+	if (in.nmarks < 16) { // recorded always, sent only when asked for
 		in.marks[in.nmarks].name = name;
 		in.marks[in.nmarks].usec = usec;
 		in.nmarks++;
@@ -247,20 +250,29 @@ __attribute__((noreturn, format(printf, 1, 2))) static void setup_fail(const cha
 	_exit(1);
 }
 
-static void loopback_up(void) {
+// loopback_up brings up lo; on failure it returns -1 with the reason in err.
+static int loopback_up(char *err, size_t errlen) {
 	char eb[128];
 	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		setup_fail("bring up loopback: socket: %s", hutch_strerror(errno, eb, sizeof eb));
+	if (fd < 0) {
+		snprintf(err, errlen, "bring up loopback: socket: %s", hutch_strerror(errno, eb, sizeof eb));
+		return -1;
+	}
 	struct ifreq ifr;
 	memset(&ifr, 0, sizeof ifr);
 	strcpy(ifr.ifr_name, "lo");
-	if (ioctl(fd, SIOCGIFFLAGS, &ifr) < 0)
-		setup_fail("bring up loopback: get flags: %s", hutch_strerror(errno, eb, sizeof eb));
-	ifr.ifr_flags |= IFF_UP;
-	if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0)
-		setup_fail("bring up loopback: set flags: %s", hutch_strerror(errno, eb, sizeof eb));
+	int rc = -1;
+	if (ioctl(fd, SIOCGIFFLAGS, &ifr) < 0) {
+		snprintf(err, errlen, "bring up loopback: get flags: %s", hutch_strerror(errno, eb, sizeof eb));
+	} else {
+		ifr.ifr_flags |= IFF_UP;
+		if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0)
+			snprintf(err, errlen, "bring up loopback: set flags: %s", hutch_strerror(errno, eb, sizeof eb));
+		else
+			rc = 0;
+	}
 	close(fd);
+	return rc;
 }
 
 // proxy_socket makes one of the egress proxy's sockets on 127.0.0.1 inside
@@ -918,15 +930,17 @@ __attribute__((noreturn)) static void serve(unsigned char *buf) {
 
 // ---- set-up --------------------------------------------------------------
 
-static void read_plan(struct hutch_rd *r, struct hutch_plan *p) {
+// parse_plan reads a mount plan; -1 when it is malformed.
+static int parse_plan(struct hutch_rd *r, struct hutch_plan *p) {
 	p->root_size = hutch_rd_i64(r);
 	p->stage = hutch_rd_str(r);
 	p->nsteps = hutch_rd_u32(r);
+	p->steps = NULL;
 	if (r->bad || p->nsteps > 100000)
-		setup_fail("receive setup: malformed mount plan");
+		return -1;
 	p->steps = calloc(p->nsteps ? p->nsteps : 1, sizeof *p->steps);
 	if (!p->steps)
-		setup_fail("receive setup: out of memory");
+		return -1;
 	for (uint32_t i = 0; i < p->nsteps; i++) {
 		struct hutch_step *s = &p->steps[i];
 		s->kind = hutch_rd_u32(r);
@@ -940,11 +954,112 @@ static void read_plan(struct hutch_rd *r, struct hutch_plan *p) {
 		s->data = hutch_rd_str(r);
 		s->why = hutch_rd_str(r);
 	}
-	if (r->bad)
+	return r->bad ? -1 : 0;
+}
+
+static void read_plan(struct hutch_rd *r, struct hutch_plan *p) {
+	if (parse_plan(r, p) < 0)
 		setup_fail("receive setup: malformed mount plan");
 }
 
-__attribute__((noreturn)) static void init_main(long entered) {
+// ---- plan hint -----------------------------------------------------------
+//
+// The supervisor plans the sandbox's root only once its Go runtime has
+// started, ~5 ms after a prestarted init is ready to build it. The prestart
+// constructor therefore hands the init, on fd 4 (argv[1] "--plan-hint"), the
+// plan that the supervisor stored in hutch's cache the last time it ran with
+// the same command line in the same directory. The init builds that root's
+// policy-independent part while it waits: it opens the bind sources, mounts
+// the root tmpfs and applies the steps before the first pin, protect or hide
+// (those depend on placeholders the supervisor makes in the workspace, and
+// follow in the real phase). When the setup's plan is byte for byte the
+// hint's, the init finishes that root; otherwise it detaches the half-built
+// root and builds the setup's plan from scratch. So the root is always the
+// one the supervisor planned, built at most a few milliseconds earlier; the
+// hint only decides whether part of the work was done while waiting.
+//
+// The hint is trusted as much as the seccomp filter cache beside it: both
+// live in hutch's cache directory, which only the user can write (a sandbox
+// whose workspace contains it sees an empty read-only directory instead,
+// see package hostdirs). Its steps are still checked to stay beneath the
+// staging directory before any of them runs.
+
+enum { HINT_NONE = 0, HINT_USED = 1, HINT_UNUSED = 2 };
+
+static struct {
+	unsigned char *buf; // the hint's bytes: a plan as the setup encodes it
+	size_t len;
+	struct hutch_plan plan;
+	struct hutch_mounts m;
+	int built; // the plan's prefix is built
+	int state; // HINT_*, reported with Ready
+	char err[1024];
+} hint;
+
+static void no_mark(const char *name, long usec) {
+	(void)name;
+	(void)usec;
+}
+
+// hint_prefix is the number of leading steps that depend on nothing the
+// supervisor prepares on the host after planning.
+static uint32_t hint_prefix(const struct hutch_plan *p) {
+	for (uint32_t i = 0; i < p->nsteps; i++) {
+		uint32_t k = p->steps[i].kind;
+		if (k == HUTCH_STEP_PIN || k == HUTCH_STEP_PROTECT || k == HUTCH_STEP_HIDE)
+			return i;
+	}
+	return p->nsteps;
+}
+
+// beneath reports whether path is dir or lies beneath it, without "..".
+static int beneath(const char *path, const char *dir) {
+	size_t n = strlen(dir);
+	if (strncmp(path, dir, n) != 0 || (path[n] != '/' && path[n] != 0))
+		return 0;
+	return strstr(path, "/../") == NULL && (strlen(path) < 3 || strcmp(path + strlen(path) - 3, "/..") != 0);
+}
+
+static int hint_plausible(const struct hutch_plan *p) {
+	if (p->stage[0] != '/' || strcmp(p->stage, "/") == 0 || !beneath(p->stage, p->stage))
+		return 0;
+	for (uint32_t i = 0; i < p->nsteps; i++)
+		if (p->steps[i].target[0] != '/' || !beneath(p->steps[i].staged, p->stage))
+			return 0;
+	return 1;
+}
+
+// speculate reads the hint on fd 4 and builds its prefix.
+static void speculate(void) {
+	struct stat st;
+	int ok = fstat(4, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && st.st_size <= HUTCH_MAX_MSG;
+	if (ok && (hint.buf = malloc((size_t)st.st_size)) != NULL) {
+		while (hint.len < (size_t)st.st_size) {
+			ssize_t n = pread(4, hint.buf + hint.len, (size_t)st.st_size - hint.len, (off_t)hint.len);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				break;
+			hint.len += (size_t)n;
+		}
+		ok = hint.len == (size_t)st.st_size;
+	}
+	close(4);
+	hint.state = HINT_UNUSED;
+	if (!ok || !hint.buf)
+		return;
+	struct hutch_rd r = {hint.buf, hint.len, 0};
+	if (parse_plan(&r, &hint.plan) < 0 || r.n != 0 || !hint_plausible(&hint.plan))
+		return;
+	if (hutch_mounts_begin(&hint.m, &hint.plan, no_mark, hint.err, sizeof hint.err) < 0 ||
+	    hutch_mounts_steps(&hint.m, &hint.plan, hint_prefix(&hint.plan), no_mark) < 0) {
+		hutch_mounts_abandon(&hint.m, &hint.plan);
+		return;
+	}
+	hint.built = 1;
+}
+
+__attribute__((noreturn)) static void init_main(long entered, int with_hint) {
 	// Pid 1 gets only the signals it has handlers for from inside its pid
 	// namespace; ignore every catchable one so sandboxed code cannot stop
 	// it. SIGCHLD is blocked and read from a signalfd instead.
@@ -961,6 +1076,14 @@ __attribute__((noreturn)) static void init_main(long entered) {
 	sigprocmask(SIG_BLOCK, &chld, NULL);
 	// Not dumpable: /proc/1/{mem,fd,environ} stay closed to sandboxed code.
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+
+	// What needs no policy happens while the supervisor's runtime starts.
+	long t0 = hutch_now_usec();
+	if (loopback_up(in.net_err, sizeof in.net_err) < 0 && !in.net_err[0])
+		snprintf(in.net_err, sizeof in.net_err, "bring up loopback");
+	if (with_hint)
+		speculate();
+	long early = hutch_now_usec() - t0;
 
 	unsigned char *buf = malloc(HUTCH_MAX_MSG);
 	if (!buf)
@@ -991,6 +1114,7 @@ __attribute__((noreturn)) static void init_main(long entered) {
 	// "@entered" is absolute (CLOCK_MONOTONIC): the supervisor turns it
 	// into the time from its fork to this constructor.
 	mark("@entered", entered);
+	mark("init.early", early);
 	mark("init.wait-setup", hutch_now_usec() - entered);
 	if (flags & HUTCH_SETUP_SECCOMP) {
 		if (nfds != 1)
@@ -999,17 +1123,33 @@ __attribute__((noreturn)) static void init_main(long entered) {
 	} else {
 		close_fds(fds, nfds);
 	}
+	// The plan is the setup's last part.
+	int use_hint = hint.built && r.n == hint.len && memcmp(r.p, hint.buf, r.n) == 0;
 	struct hutch_plan plan;
 	read_plan(&r, &plan);
 
 	char eb[128], err[4096];
-	long t0 = hutch_now_usec();
+	t0 = hutch_now_usec();
+	if (in.net_err[0])
+		setup_fail("%s", in.net_err);
 	if (sethostname(hostname, strlen(hostname)) < 0)
 		setup_fail("set hostname: %s", hutch_strerror(errno, eb, sizeof eb));
-	loopback_up();
 	mark("init.net", hutch_now_usec() - t0);
-	if (hutch_mounts_execute(&plan, mark, err, sizeof err) < 0)
-		setup_fail("build the sandbox's root filesystem: %s", err);
+	if (use_hint) {
+		hint.state = HINT_USED;
+		if (hutch_mounts_finish(&hint.m, &hint.plan, mark) < 0) {
+			snprintf(err, sizeof err, "%s", hint.err);
+			setup_fail("build the sandbox's root filesystem: %s", err);
+		}
+	} else {
+		if (hint.built)
+			hutch_mounts_abandon(&hint.m, &hint.plan);
+		if (hutch_mounts_execute(&plan, mark, err, sizeof err) < 0)
+			setup_fail("build the sandbox's root filesystem: %s", err);
+	}
+	free(hint.plan.steps);
+	free(hint.buf);
+	hint.buf = NULL;
 	int out[4], nout = 0;
 	out[nout] = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (out[nout++] < 0)
@@ -1022,11 +1162,13 @@ __attribute__((noreturn)) static void init_main(long entered) {
 		mark("init.proxy-sockets", hutch_now_usec() - t0);
 	}
 	wr_head(&in.out, HUTCH_OP_READY, 0);
-	wr_u32(&in.out, (uint32_t)in.nmarks);
-	for (int i = 0; i < in.nmarks; i++) {
+	int nmarks = in.timing ? in.nmarks : 0;
+	wr_u32(&in.out, (uint32_t)nmarks);
+	for (int i = 0; i < nmarks; i++) {
 		wr_str(&in.out, in.marks[i].name);
 		wr_i64(&in.out, in.marks[i].usec);
 	}
+	wr_u32(&in.out, (uint32_t)hint.state);
 	if (send_msg(&in.out, out, nout) < 0)
 		_exit(1);
 	close_fds(out, nout);
@@ -1038,5 +1180,5 @@ __attribute__((constructor)) static void hutch_init_stage(int argc, char **argv,
 	(void)envp;
 	if (argc < 1 || argv == NULL || argv[0] == NULL || strcmp(argv[0], HUTCH_INIT_MAGIC) != 0)
 		return;
-	init_main(hutch_now_usec());
+	init_main(hutch_now_usec(), argc > 1 && argv[1] != NULL && strcmp(argv[1], "--plan-hint") == 0);
 }

@@ -363,66 +363,92 @@ static int apply(struct ex *x, int root, const struct hutch_step *s, int src, in
 	return ex_fail(x, "unknown step kind %u", s->kind);
 }
 
-int hutch_mounts_execute(const struct hutch_plan *p, hutch_mark_fn mark, char *err, size_t errlen) {
+// hutch_mounts_begin opens every bind source of the plan (afterwards the
+// host paths may be hidden, a workspace under /tmp, say), makes "/" private
+// and mounts the root tmpfs on the staging directory.
+int hutch_mounts_begin(struct hutch_mounts *m, const struct hutch_plan *p, hutch_mark_fn mark, char *err, size_t errlen) {
+	memset(m, 0, sizeof *m);
+	m->err = err;
+	m->errlen = errlen;
+	m->devnull = m->root = -1;
 	struct ex x = {err, errlen, p->stage[0] ? p->stage : "/tmp"};
 	long t0 = hutch_now_usec();
-	int rc = -1, devnull = -1, root = -1;
-	int *srcs = calloc(p->nsteps ? p->nsteps : 1, sizeof *srcs);
-	if (!srcs)
+	m->srcs = calloc(p->nsteps ? p->nsteps : 1, sizeof *m->srcs);
+	if (!m->srcs)
 		return ex_fail(&x, "out of memory");
 	for (uint32_t i = 0; i < p->nsteps; i++)
-		srcs[i] = -1;
-	// Open every bind source before changing any mount: afterwards the
-	// host paths may be hidden (a workspace under /tmp, say).
+		m->srcs[i] = -1;
 	for (uint32_t i = 0; i < p->nsteps; i++) {
 		const struct hutch_step *s = &p->steps[i];
 		if (s->kind == HUTCH_STEP_BIND) {
-			srcs[i] = open(s->source, O_PATH | O_CLOEXEC);
-			if (srcs[i] < 0 && !(errno == ENOENT && (s->flags & HUTCH_STEPF_OPTIONAL))) {
-				ex_fail(&x, "open %s for %s: %s", s->source, s->why[0] ? s->why : s->name, es(errno));
-				goto out;
-			}
-		} else if (s->kind == HUTCH_STEP_MASK_FILE && devnull < 0) {
-			devnull = open("/dev/null", O_PATH | O_CLOEXEC);
-			if (devnull < 0) {
-				ex_fail(&x, "open /dev/null for masking: %s", es(errno));
-				goto out;
-			}
+			m->srcs[i] = open(s->source, O_PATH | O_CLOEXEC);
+			if (m->srcs[i] < 0 && !(errno == ENOENT && (s->flags & HUTCH_STEPF_OPTIONAL)))
+				return ex_fail(&x, "open %s for %s: %s", s->source, s->why[0] ? s->why : s->name, es(errno));
+		} else if (s->kind == HUTCH_STEP_MASK_FILE && m->devnull < 0) {
+			m->devnull = open("/dev/null", O_PATH | O_CLOEXEC);
+			if (m->devnull < 0)
+				return ex_fail(&x, "open /dev/null for masking: %s", es(errno));
 		}
 	}
 	mark("mounts.open", hutch_now_usec() - t0);
 
 	t0 = hutch_now_usec();
-	if (mount("", "/", "", MS_REC | MS_PRIVATE, NULL) < 0) {
-		ex_fail(&x, "make / private in the new mount namespace: %s", es(errno));
-		goto out;
-	}
+	if (mount("", "/", "", MS_REC | MS_PRIVATE, NULL) < 0)
+		return ex_fail(&x, "make / private in the new mount namespace: %s", es(errno));
 	char opts[128];
 	snprintf(opts, sizeof opts, "size=%lld,nr_inodes=8192,mode=0755", (long long)(p->root_size > 0 ? p->root_size : 8 << 20));
-	if (mount("hutch-root", x.stage, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0) {
-		ex_fail(&x, "mount the root tmpfs on %s: %s", x.stage, es(errno));
-		goto out;
-	}
-	root = open(x.stage, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (root < 0) {
-		ex_fail(&x, "open new root: %s", es(errno));
-		goto out;
-	}
+	if (mount("hutch-root", x.stage, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+		return ex_fail(&x, "mount the root tmpfs on %s: %s", x.stage, es(errno));
+	m->mounted = 1;
+	m->root = open(x.stage, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (m->root < 0)
+		return ex_fail(&x, "open new root: %s", es(errno));
 	mark("mounts.root", hutch_now_usec() - t0);
+	return 0;
+}
 
-	t0 = hutch_now_usec();
-	for (uint32_t i = 0; i < p->nsteps; i++) {
-		const struct hutch_step *s = &p->steps[i];
-		if (apply(&x, root, s, srcs[i], devnull) < 0) {
+// hutch_mounts_steps applies the plan's steps from the first not yet
+// applied up to (not including) step upto.
+int hutch_mounts_steps(struct hutch_mounts *m, const struct hutch_plan *p, uint32_t upto, hutch_mark_fn mark) {
+	struct ex x = {m->err, m->errlen, p->stage[0] ? p->stage : "/tmp"};
+	long t0 = hutch_now_usec();
+	if (upto > p->nsteps)
+		upto = p->nsteps;
+	for (; m->done < upto; m->done++) {
+		const struct hutch_step *s = &p->steps[m->done];
+		if (apply(&x, m->root, s, m->srcs[m->done], m->devnull) < 0) {
 			char inner[2048];
-			snprintf(inner, sizeof inner, "%s", err);
-			ex_fail(&x, "%s %s (%s): %s", s->name, s->target, s->why[0] ? s->why : s->name, inner);
-			goto out;
+			snprintf(inner, sizeof inner, "%s", m->err);
+			return ex_fail(&x, "%s %s (%s): %s", s->name, s->target, s->why[0] ? s->why : s->name, inner);
 		}
 	}
 	mark("mounts.steps", hutch_now_usec() - t0);
+	return 0;
+}
 
-	t0 = hutch_now_usec();
+static void mounts_close(struct hutch_mounts *m, const struct hutch_plan *p) {
+	if (m->srcs) {
+		for (uint32_t i = 0; i < p->nsteps; i++)
+			if (m->srcs[i] >= 0 && m->srcs[i] != m->devnull)
+				close(m->srcs[i]);
+		free(m->srcs);
+		m->srcs = NULL;
+	}
+	if (m->devnull >= 0)
+		close(m->devnull);
+	if (m->root >= 0)
+		close(m->root);
+	m->devnull = m->root = -1;
+}
+
+// hutch_mounts_finish applies the remaining steps, pivots into the new root,
+// detaches the old one and makes "/" read-only; it releases m either way.
+int hutch_mounts_finish(struct hutch_mounts *m, const struct hutch_plan *p, hutch_mark_fn mark) {
+	struct ex x = {m->err, m->errlen, p->stage[0] ? p->stage : "/tmp"};
+	int rc = -1;
+	if (hutch_mounts_steps(m, p, p->nsteps, mark) < 0)
+		goto out;
+	long t0 = hutch_now_usec();
 	if (chdir(x.stage) < 0) {
 		ex_fail(&x, "chdir to new root: %s", es(errno));
 		goto out;
@@ -446,13 +472,25 @@ int hutch_mounts_execute(const struct hutch_plan *p, hutch_mark_fn mark, char *e
 	mark("mounts.pivot", hutch_now_usec() - t0);
 	rc = 0;
 out:
-	for (uint32_t i = 0; i < p->nsteps; i++)
-		if (srcs[i] >= 0 && srcs[i] != devnull)
-			close(srcs[i]);
-	if (devnull >= 0)
-		close(devnull);
-	if (root >= 0)
-		close(root);
-	free(srcs);
+	mounts_close(m, p);
 	return rc;
+}
+
+// hutch_mounts_abandon drops a root built only in part: it detaches the
+// root tmpfs from the staging directory with everything mounted beneath it,
+// and releases m.
+void hutch_mounts_abandon(struct hutch_mounts *m, const struct hutch_plan *p) {
+	mounts_close(m, p);
+	if (m->mounted)
+		umount2(p->stage[0] ? p->stage : "/tmp", MNT_DETACH);
+	m->mounted = 0;
+}
+
+int hutch_mounts_execute(const struct hutch_plan *p, hutch_mark_fn mark, char *err, size_t errlen) {
+	struct hutch_mounts m;
+	if (hutch_mounts_begin(&m, p, mark, err, errlen) < 0) {
+		mounts_close(&m, p);
+		return -1;
+	}
+	return hutch_mounts_finish(&m, p, mark);
 }

@@ -63,6 +63,23 @@ var stepKinds = map[mounts.Kind]uint32{
 	mounts.ReadOnly: 11, mounts.Pin: 12, mounts.Seal: 13, mounts.Protect: 14, mounts.Hide: 15,
 }
 
+// What a Ready message says of the plan hint; must match HINT_* in init.c.
+const (
+	hintNone   = 0 // the init had none
+	hintUsed   = 1 // the setup's plan was the hint's: part of it was built ahead
+	hintUnused = 2 // a hint that could not be used (differs, malformed, failed)
+)
+
+func hintState(h uint32) string {
+	switch h {
+	case hintUsed:
+		return "used"
+	case hintUnused:
+		return "unused"
+	}
+	return ""
+}
+
 // maxMsg bounds one control message; must match HUTCH_MAX_MSG.
 const maxMsg = 1 << 20
 
@@ -83,6 +100,9 @@ type message struct {
 	Setup  *Setup
 	Spawn  *Spawn
 	Timing []Stage
+	// Hint (ready): what became of the plan hint (hintNone, hintUsed,
+	// hintUnused).
+	Hint uint32
 	// SpawnerNotify (spawner): the spawner sends its seccomp listener on
 	// the socket that comes with the request.
 	SpawnerNotify bool
@@ -215,7 +235,24 @@ func encodeSetup(e *enc, s *Setup) {
 	e.str("resource limits", formatRlimits(s.Rlimits))
 	e.i64(int64(s.UID))
 	e.i64(int64(s.GID))
-	p := s.Plan
+	encodePlan(e, s.Plan) // last: the init compares it with its plan hint
+}
+
+// EncodePlanHint encodes p as the setup message carries it: the form of
+// the plan hint that a prestarted init builds ahead of its setup (init.c).
+func EncodePlanHint(p *mounts.Plan) ([]byte, error) {
+	e := &enc{}
+	encodePlan(e, p)
+	if e.err != nil {
+		return nil, fmt.Errorf("encode plan hint: %w", e.err)
+	}
+	if len(e.b) > maxMsg {
+		return nil, fmt.Errorf("encode plan hint: %d bytes exceeds the %d-byte limit", len(e.b), maxMsg)
+	}
+	return e.b, nil
+}
+
+func encodePlan(e *enc, p *mounts.Plan) {
 	if p == nil {
 		p = &mounts.Plan{}
 	}
@@ -266,6 +303,7 @@ func decode(b []byte) (*message, error) {
 		for i := 0; i < n && !d.bad; i++ {
 			m.Timing = append(m.Timing, Stage{Name: d.str(), Usec: d.i64()})
 		}
+		m.Hint = d.u32()
 	case opFail:
 		m.Error = d.str()
 	case opStarted:

@@ -1,6 +1,7 @@
 package nsjail
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -60,6 +61,32 @@ func TestEncodeSetupMatchesTheInitsReader(t *testing.T) {
 	}
 	if r.bad || len(r.b) != 0 {
 		t.Errorf("reader bad=%v, %d bytes left", r.bad, len(r.b))
+	}
+}
+
+// The plan hint is the setup's plan exactly as the setup carries it, at its
+// end: the init compares the two byte for byte (init.c).
+func TestPlanHintIsTheSetupsTail(t *testing.T) {
+	plan := &mounts.Plan{RootSize: 4 << 20, Stage: "/tmp", Steps: []mounts.Step{
+		{Kind: mounts.Bind, Source: "/usr", Target: "/usr", ReadOnly: true},
+		{Kind: mounts.Bind, Source: "/home/u/proj", Target: "/workspace"},
+		{Kind: mounts.Pin, Target: "/workspace/.git", NoSymlinks: true},
+	}}
+	setup, err := (&message{Op: opSetup, Setup: &Setup{Plan: plan, Hostname: "h", UID: 1000, GID: 1000}}).encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hint, err := EncodePlanHint(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hint) == 0 || !bytes.HasSuffix(setup, hint) {
+		t.Fatalf("hint (%d bytes) is not the setup's tail (%d bytes)", len(hint), len(setup))
+	}
+	other := *plan
+	other.Stage = "/mnt"
+	if h2, _ := EncodePlanHint(&other); bytes.Equal(h2, hint) {
+		t.Error("two plans encode to one hint")
 	}
 }
 
@@ -144,8 +171,8 @@ func TestDecodeInitMessages(t *testing.T) {
 	if err != nil || m.Op != opExit || m.ID != 3 || m.Status != 9 || m.Code != 127 || m.Errno != 2 || m.Error != "execute the command" || !m.Alone {
 		t.Errorf("exit: %+v, %v", m, err)
 	}
-	m, err = decode(appendMsg(opReady, 0, uint32(2), "init.net", int64(150), "mounts.steps", int64(2400)))
-	if err != nil || len(m.Timing) != 2 || m.Timing[1] != (Stage{"mounts.steps", 2400}) {
+	m, err = decode(appendMsg(opReady, 0, uint32(2), "init.net", int64(150), "mounts.steps", int64(2400), uint32(hintUsed)))
+	if err != nil || len(m.Timing) != 2 || m.Timing[1] != (Stage{"mounts.steps", 2400}) || hintState(m.Hint) != "used" {
 		t.Errorf("ready: %+v, %v", m, err)
 	}
 	m, err = decode(appendMsg(opStarted, 5, int64(42)))

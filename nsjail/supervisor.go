@@ -70,6 +70,10 @@ type Prestarted struct {
 	Control *os.File
 	// Forked is when it was cloned (CLOCK_MONOTONIC), for timings.
 	Forked unix.Timespec
+	// PlanHint is the file the init was handed as its plan hint (it may
+	// not exist); the caller stores the plan there when the init reports
+	// the hint unusable or missing. "" when there is no cache directory.
+	PlanHint string
 }
 
 // Discard ends a prestarted init that is not used: closing the control
@@ -387,7 +391,7 @@ func (s *Sandbox) configure(ctx context.Context, setup *Setup, seccomp []byte) e
 			s.ProxyFiles = append(s.ProxyFiles, os.NewFile(uintptr(r.fds[1+i]), name))
 		}
 	}
-	s.Ready = &Ready{}
+	s.Ready = &Ready{PlanHint: hintState(r.m.Hint)}
 	err := s.landlock(setup.Landlock, r.fds[0])
 	unix.Close(r.fds[0])
 	if err != nil {

@@ -63,6 +63,10 @@ type Ready struct {
 	LandlockABI         int      `json:"landlock_abi"`
 	LandlockEnforced    []string `json:"landlock_enforced,omitempty"`
 	LandlockNotEnforced []string `json:"landlock_not_enforced,omitempty"`
+	// PlanHint is what became of a prestarted init's plan hint: "" (none),
+	// "used" or "unused" (it differed from the setup's plan, or could not
+	// be read or built).
+	PlanHint string `json:"plan_hint,omitempty"`
 }
 
 // Spawn asks the init to start one command.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -12,6 +13,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hutchsandbox/hutch/mounts"
+	"github.com/hutchsandbox/hutch/nsjail"
 )
 
 // subreaperEnv turns the test binary into a child subreaper that runs one
@@ -166,5 +170,78 @@ func TestPrestartedInit(t *testing.T) {
 				t.Fatalf("output does not mention %q:\nstdout:\n%s\nstderr:\n%s", c.want, r.stdout, r.stderr)
 			}
 		})
+	}
+}
+
+// TestPlanHint: the second `hutch run` of a command line in a directory
+// builds its root from the plan hint the first one stored, and the root is
+// the same as without a hint; a hint of another plan, or garbage, is not
+// used and leaves no trace in the sandbox.
+func TestPlanHint(t *testing.T) {
+	ws := userDir(t)
+	cache := userDir(t)
+	o := opts{dir: ws, env: []string{"XDG_CACHE_HOME=" + cache}}
+	// Mount points, filesystem types and options of the sandbox's root,
+	// with the kernel's mount ids left out.
+	script := `awk '{print $5, $6, $9, $10}' /proc/self/mountinfo | sed 's/size=[0-9]*k,//'`
+	run := func(env ...string) (string, result) {
+		t.Helper()
+		oo := o
+		oo.env = append(append([]string{}, o.env...), env...)
+		r := hutchReaped(t, oo, "run", "--debug", "--no-discover", "--", "/bin/sh", "-c", script)
+		mustCode(t, r, 0)
+		i := strings.Index(r.stderr, `msg="plan hint"`)
+		if i < 0 {
+			return "(no record)", r
+		}
+		line := r.stderr[i:]
+		line = line[:strings.IndexByte(line+"\n", '\n')]
+		state := line[strings.Index(line, "state=")+len("state="):]
+		return strings.Trim(state, `"`), r
+	}
+	if st, _ := run(); st != "" {
+		t.Errorf("first run: hint state %q, want none", st)
+	}
+	hints, _ := filepath.Glob(filepath.Join(cache, "hutch", "plans", "*"))
+	if len(hints) != 1 {
+		t.Fatalf("plan hints stored: %v, want one", hints)
+	}
+	st, hinted := run()
+	if st != "used" {
+		t.Fatalf("second run: hint state %q, want used\n%s", st, hinted.stderr)
+	}
+	if !strings.Contains(hinted.stdout, "/workspace ") || !strings.Contains(hinted.stdout, "/usr ro") {
+		t.Errorf("the hinted root lacks the workspace or a read-only /usr:\n%s", hinted.stdout)
+	}
+	st, plain := run("HUTCH_NO_PLAN_HINT=1")
+	if st != "(no record)" {
+		t.Errorf("HUTCH_NO_PLAN_HINT=1: hint state %q, want no hint at all", st)
+	}
+	if hinted.stdout != plain.stdout {
+		t.Errorf("the root built from the hint differs from one built without:\nhinted:\n%s\nplain:\n%s", hinted.stdout, plain.stdout)
+	}
+
+	// A hint of another plan: the host's / read-write at /hostroot.
+	evil, err := nsjail.EncodePlanHint(&mounts.Plan{RootSize: 4 << 20, Stage: "/tmp", Steps: []mounts.Step{
+		{Kind: mounts.Bind, Source: "/", Target: "/hostroot"},
+		{Kind: mounts.Bind, Source: ws, Target: "/workspace"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"other plan": evil, "garbage": []byte("\xff\xff\xff\xffnot a plan")} {
+		if err := os.WriteFile(hints[0], data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		st, r := run()
+		if st != "unused" {
+			t.Errorf("%s: hint state %q, want unused", name, st)
+		}
+		if strings.Contains(r.stdout, "/hostroot") || r.stdout != plain.stdout {
+			t.Errorf("%s: the sandbox's root is not the planned one:\n%s", name, r.stdout)
+		}
+		if b, _ := os.ReadFile(hints[0]); bytes.Equal(b, data) {
+			t.Errorf("%s: the unusable hint was not replaced", name)
+		}
 	}
 }

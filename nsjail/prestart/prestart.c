@@ -46,6 +46,47 @@
 int hutch_prestart_pid = 0;
 int hutch_prestart_ctrl = -1;
 long long hutch_prestart_forked_ns = 0;
+// The plan hint's file ("" when there is no cache directory): the mount
+// plan the supervisor stored the last time the same command line ran in the
+// same directory. See "plan hint" in init.c.
+char hutch_prestart_hint[4096];
+
+// hint_path names the plan hint of this command line: in hutch's cache
+// directory (as hostdirs.Cache computes it), a file named by the FNV-1a hash
+// of the uid, the working directory and the arguments before "--" (the
+// command itself does not change the plan). Only a hint: whatever it holds,
+// the init builds the plan the supervisor sends. HUTCH_NO_PLAN_HINT=1 turns
+// hints off.
+static void hint_path(int argc, char **argv) {
+	const char *off = getenv("HUTCH_NO_PLAN_HINT");
+	if (off && off[0] && strcmp(off, "0") != 0)
+		return;
+	const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+	char dir[2048], cwd[2048];
+	if (x && x[0] == '/')
+		snprintf(dir, sizeof dir, "%s/hutch/plans", x);
+	else if (h && h[0] == '/' && strcmp(h, "/nonexistent") != 0)
+		snprintf(dir, sizeof dir, "%s/.cache/hutch/plans", h);
+	else
+		return;
+	if (getcwd(cwd, sizeof cwd) == NULL)
+		return;
+	uint64_t k = 0xcbf29ce484222325ULL;
+	char uid[32];
+	snprintf(uid, sizeof uid, "%u", (unsigned)getuid());
+	const char *fixed[] = {"hutch-plan-hint-v1", uid, cwd};
+	for (int i = 0; i < 3 + argc - 1; i++) {
+		const char *s = i < 3 ? fixed[i] : argv[i - 2]; // argv[1], ...
+		if (s == NULL || (i >= 3 && strcmp(s, "--") == 0))
+			break;
+		for (const unsigned char *c = (const unsigned char *)s;; c++) {
+			k = (k ^ *c) * 0x100000001b3ULL; // the NUL too
+			if (!*c)
+				break;
+		}
+	}
+	snprintf(hutch_prestart_hint, sizeof hutch_prestart_hint, "%s/%016llx", dir, (unsigned long long)k);
+}
 
 // wants reports whether argv asks for `hutch run` with a command (not help,
 // not --json).
@@ -121,6 +162,15 @@ __attribute__((noreturn)) static void child(int ctrl, uid_t uid, gid_t gid) {
 	snprintf(line, sizeof line, "0 %u 1", (unsigned)gid);
 	if (write_file("/proc/self/gid_map", line) < 0)
 		fail(ctrl, "write /proc/self/gid_map");
+	// The plan hint goes to fd 4, out of the way of the control socket.
+	int hint = -1;
+	if (hutch_prestart_hint[0]) {
+		int fd = open(hutch_prestart_hint, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			hint = fcntl(fd, F_DUPFD_CLOEXEC, 16);
+			close(fd);
+		}
+	}
 	int null = open("/dev/null", O_RDWR);
 	if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0)
 		fail(ctrl, "open /dev/null");
@@ -130,11 +180,14 @@ __attribute__((noreturn)) static void child(int ctrl, uid_t uid, gid_t gid) {
 	} else if (dup2(ctrl, 3) < 0) {
 		fail(ctrl, "place the control socket");
 	}
-	if (syscall(SYS_close_range, 4, ~0U, 0) < 0) {
-		for (int fd = 4; fd < 4096; fd++)
+	if (hint >= 0 && dup2(hint, 4) < 0)
+		hint = -1;
+	int keep = hint >= 0 ? 5 : 4;
+	if (syscall(SYS_close_range, keep, ~0U, 0) < 0) {
+		for (int fd = keep; fd < 4096; fd++)
 			close(fd);
 	}
-	char *argv[] = {HUTCH_INIT_MAGIC, NULL};
+	char *argv[] = {HUTCH_INIT_MAGIC, hint >= 0 ? "--plan-hint" : NULL, NULL};
 	char *envp[] = {NULL};
 	execve("/proc/self/exe", argv, envp);
 	fail(3, "execute /proc/self/exe");
@@ -154,6 +207,7 @@ __attribute__((constructor)) static void hutch_prestart(int argc, char **argv, c
 		return;
 	uid_t uid = getuid();
 	gid_t gid = getgid();
+	hint_path(argc, argv);
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |

@@ -10,6 +10,7 @@ package prestart
 // extern int hutch_prestart_pid;
 // extern int hutch_prestart_ctrl;
 // extern long long hutch_prestart_forked_ns;
+// extern char hutch_prestart_hint[4096];
 // static void hutch_prestart_forget(void) { hutch_prestart_pid = 0; hutch_prestart_ctrl = -1; }
 import "C"
 
@@ -32,8 +33,9 @@ func Take() *nsjail.Prestarted {
 	}
 	C.hutch_prestart_forget()
 	return &nsjail.Prestarted{
-		Pid:     pid,
-		Control: os.NewFile(uintptr(ctrl), "control"),
-		Forked:  unix.NsecToTimespec(int64(C.hutch_prestart_forked_ns)),
+		Pid:      pid,
+		Control:  os.NewFile(uintptr(ctrl), "control"),
+		Forked:   unix.NsecToTimespec(int64(C.hutch_prestart_forked_ns)),
+		PlanHint: C.GoString(&C.hutch_prestart_hint[0]),
 	}
 }
