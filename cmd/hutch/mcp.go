@@ -1,15 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"reflect"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/urfave/cli/v2"
 
@@ -109,7 +114,10 @@ func serveMCP(c *cli.Context) error {
 	// sandboxes are killed (the SDK alone would wait for them to finish).
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	server := newMCPServer(ctx, tool, p, maxOutput, logger, sdkLogger)
+	server, err := newMCPServer(ctx, tool, p, maxOutput, logger, sdkLogger)
+	if err != nil {
+		return &exitError{hutch.ExitSetup, "hutch: mcp: " + err.Error()}
+	}
 	logger.Info("hutch mcp: serving run_command on stdio", "workspace", ws, "network", p.Network.Mode,
 		"timeout", policy.Duration(p.Resources.Timeout.D()).String(), "max_output", maxOutput)
 	err = server.Run(ctx, &mcp.StdioTransport{})
@@ -125,17 +133,41 @@ func serveMCP(c *cli.Context) error {
 // newMCPServer makes the server with the run_command tool over tool. Calls
 // are cancelled when the request is (the client cancelled it or went away)
 // and when lifetime ends.
-func newMCPServer(lifetime context.Context, tool *agent.Tool, p *policy.Policy, maxOutput int, logger, sdkLogger *slog.Logger) *mcp.Server {
+//
+// The tool is registered with the SDK's untyped AddTool, with the schemas
+// the typed mcp.AddTool would infer, and its arguments are decoded here:
+// the typed path unmarshals and validates the arguments against the schema
+// (each unmarshal allocating a 32 KiB buffer), then marshals, re-parses and
+// validates the result against the output schema, which priced a call at
+// ~0.4 ms of CPU and grew with the output (a megabyte of stdout was parsed
+// twice more). Decoding strictly (unknown fields, wrong types) and
+// Tool.Validate check the same things, with messages that name the field.
+func newMCPServer(lifetime context.Context, tool *agent.Tool, p *policy.Policy, maxOutput int, logger, sdkLogger *slog.Logger) (*mcp.Server, error) {
 	server := mcp.NewServer(&mcp.Implementation{Name: "hutch", Title: "hutch sandbox", Version: version}, &mcp.ServerOptions{
 		Instructions: "hutch runs shell commands in a rootless sandbox with the project at /workspace. Use run_command for every command; read policy_events in each result: blocked actions are policy decisions to report to the user, not errors to retry.",
 		Logger:       sdkLogger,
 	})
-	mcp.AddTool(server, &mcp.Tool{
-		Name:        agent.ToolName,
-		Title:       "Run a command in the hutch sandbox",
-		Description: agent.Describe(p, maxOutput),
-		Annotations: &mcp.ToolAnnotations{Title: "Run a command in the hutch sandbox"},
-	}, func(ctx context.Context, req *mcp.CallToolRequest, in agent.RunCommandInput) (*mcp.CallToolResult, agent.RunCommandResult, error) {
+	inSchema, err := jsonschema.For[agent.RunCommandInput](&jsonschema.ForOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("run_command input schema: %w", err)
+	}
+	outSchema, err := jsonschema.For[agent.RunCommandResult](&jsonschema.ForOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("run_command output schema: %w", err)
+	}
+	server.AddTool(&mcp.Tool{
+		Name:         agent.ToolName,
+		Title:        "Run a command in the hutch sandbox",
+		Description:  agent.Describe(p, maxOutput),
+		Annotations:  &mcp.ToolAnnotations{Title: "Run a command in the hutch sandbox"},
+		InputSchema:  inSchema,
+		OutputSchema: outSchema,
+	}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		in, err := decodeRunCommandInput(req.Params.Arguments)
+		if err != nil {
+			logger.Info("run_command: invalid input", "err", err)
+			return toolError(fmt.Errorf("invalid input: %w", err)), nil
+		}
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		defer context.AfterFunc(lifetime, cancel)()
@@ -147,16 +179,74 @@ func newMCPServer(lifetime context.Context, tool *agent.Tool, p *policy.Policy, 
 			var ie *agent.InputError
 			if errors.As(err, &ie) {
 				logger.Info("run_command: invalid input", "err", err)
-				return nil, agent.RunCommandResult{}, fmt.Errorf("invalid input: %w", err)
+				return toolError(fmt.Errorf("invalid input: %w", err)), nil
 			}
 			logger.Error("run_command: sandbox failure", "command", in.Command, "err", err)
-			return nil, agent.RunCommandResult{}, fmt.Errorf("hutch: %w", err)
+			return toolError(fmt.Errorf("hutch: %w", err)), nil
 		}
 		logger.Info("run_command", "command", in.Command, "exit_code", res.ExitCode, "timed_out", res.TimedOut,
 			"events", len(res.Events), "sandbox", res.SandboxID, "duration", time.Since(start).Round(time.Millisecond).String())
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: agent.FormatText(res)}}}, res, nil
+		if res.Events == nil {
+			res.Events = []string{} // an array, as the output schema says
+		}
+		structured, err := json.Marshal(res)
+		if err != nil {
+			return nil, fmt.Errorf("run_command: encode the result: %w", err)
+		}
+		return &mcp.CallToolResult{
+			Content:           []mcp.Content{&mcp.TextContent{Text: agent.FormatText(res)}},
+			StructuredContent: json.RawMessage(structured),
+		}, nil
 	})
-	return server
+	return server, nil
+}
+
+// decodeRunCommandInput decodes run_command's arguments strictly: a JSON
+// object with only the fields of agent.RunCommandInput, each of its type.
+func decodeRunCommandInput(raw json.RawMessage) (agent.RunCommandInput, error) {
+	var in agent.RunCommandInput
+	if len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return in, errors.New("arguments missing: pass an object with \"command\" (a shell command line)")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &te) && te.Field != "":
+			return in, fmt.Errorf("argument %q: want %s, got JSON %s", te.Field, jsonKind(te.Type), te.Value)
+		case errors.As(err, &te):
+			return in, fmt.Errorf("arguments: want an object with \"command\", got JSON %s", te.Value)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			return in, fmt.Errorf("unknown argument %s: run_command takes command, cwd, timeout_seconds and fresh", strings.TrimPrefix(err.Error(), "json: unknown field "))
+		}
+		return in, fmt.Errorf("arguments: %w", err)
+	}
+	if dec.More() {
+		return in, errors.New("arguments: more than one JSON value")
+	}
+	return in, nil
+}
+
+// jsonKind names a Go field type as JSON Schema would.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "an integer"
+	}
+	return t.String()
+}
+
+// toolError is a call's failure as the tool's result (isError), as the MCP
+// specification asks for errors the model should see.
+func toolError(err error) *mcp.CallToolResult {
+	var r mcp.CallToolResult
+	r.SetError(err)
+	return &r
 }
 
 // reportProgress sends a progress notification every mcpProgressEvery

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/hutchsandbox/hutch/agent"
+	"github.com/hutchsandbox/hutch/policy"
+)
+
+func TestDecodeRunCommandInput(t *testing.T) {
+	in, err := decodeRunCommandInput(json.RawMessage(`{"command":"ls","cwd":"src","timeout_seconds":5,"fresh":true}`))
+	if err != nil || in != (agent.RunCommandInput{Command: "ls", Cwd: "src", TimeoutSeconds: 5, Fresh: true}) {
+		t.Errorf("decode: %+v, %v", in, err)
+	}
+	for raw, want := range map[string]string{
+		``:                                      "arguments missing",
+		`null`:                                  "arguments missing",
+		`{"command":1}`:                         `argument "command": want a string, got JSON number`,
+		`{"command":"x","timeout_seconds":"5"}`: `argument "timeout_seconds": want an integer, got JSON string`,
+		`{"command":"x","fresh":"yes"}`:         `argument "fresh": want a boolean`,
+		`{"command":"x","cmd":"y"}`:             `unknown argument "cmd": run_command takes command, cwd, timeout_seconds and fresh`,
+		`["ls"]`:                                `arguments: want an object with "command", got JSON array`,
+		`{"command":"x"} {}`:                    "more than one JSON value",
+		`{"command":`:                           "arguments: ",
+	} {
+		if _, err := decodeRunCommandInput(json.RawMessage(raw)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want it to contain %q", raw, err, want)
+		}
+	}
+}
+
+// writeExec is an executor that runs nothing and writes out to stdout.
+type writeExec struct{ out []byte }
+
+func (e writeExec) Run(ctx context.Context, req agent.ExecRequest) (agent.ExecResult, error) {
+	if len(e.out) > 0 {
+		if _, err := req.Stdout.Write(e.out); err != nil {
+			return agent.ExecResult{}, err
+		}
+	}
+	return agent.ExecResult{SandboxID: "x"}, nil
+}
+
+// connect serves run_command over e in memory and returns a client session.
+func connect(tb testing.TB, e agent.Executor) *mcp.ClientSession {
+	tb.Helper()
+	ctx := context.Background()
+	lg := slog.New(slog.DiscardHandler)
+	srv, err := newMCPServer(ctx, &agent.Tool{Exec: e}, policy.Default(), agent.DefaultMaxOutput, lg, lg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ct, st := mcp.NewInMemoryTransports()
+	if _, err := srv.Connect(ctx, st, nil); err != nil {
+		tb.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "0"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// The tool is listed with the schemas the SDK infers from the Go types, and
+// its results carry structured content that matches them.
+func TestMCPToolSchemasAndResults(t *testing.T) {
+	ctx := context.Background()
+	cs := connect(t, writeExec{out: []byte("hello\n")})
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil || len(tools.Tools) != 1 {
+		t.Fatalf("tools/list: %+v, %v", tools, err)
+	}
+	schemas, _ := json.Marshal([]any{tools.Tools[0].InputSchema, tools.Tools[0].OutputSchema})
+	for _, want := range []string{`"required":["command"]`, `"additionalProperties":false`, `"policy_events":{`,
+		`"required":["stdout","stderr","exit_code","timed_out","stdout_truncated","stderr_truncated","policy_events","sandbox_id"]`} {
+		if !strings.Contains(string(schemas), want) {
+			t.Errorf("schemas lack %s:\n%s", want, schemas)
+		}
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: agent.ToolName, Arguments: map[string]any{"command": "echo hello"}})
+	if err != nil || res.IsError {
+		t.Fatalf("call: %+v, %v", res, err)
+	}
+	sc, _ := json.Marshal(res.StructuredContent)
+	if !strings.Contains(string(sc), `"stdout":"hello\n"`) || !strings.Contains(string(sc), `"policy_events":[]`) {
+		t.Errorf("structured content %s", sc)
+	}
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: agent.ToolName, Arguments: map[string]any{"command": "x", "cwd": "/etc"}})
+	if err != nil || !res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "invalid input: cwd \"/etc\" resolves to /etc, outside /workspace") {
+		t.Errorf("cwd outside the workspace: %+v, %v", res, err)
+	}
+}
+
+// BenchmarkMCPProtocol prices the MCP layer alone: client and server in
+// one process over the SDK's in-memory transport, an executor that runs
+// nothing (small: no output; 512KiB: that much stdout).
+func BenchmarkMCPProtocol(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		out  []byte
+	}{{"small", nil}, {"512KiB", []byte(strings.Repeat("0123456789abcde\n", 32<<10))}} {
+		b.Run(c.name, func(b *testing.B) {
+			ctx := context.Background()
+			cs := connect(b, writeExec{out: c.out})
+			args := &mcp.CallToolParams{Name: agent.ToolName, Arguments: map[string]any{"command": "/bin/true"}}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if res, err := cs.CallTool(ctx, args); err != nil || res.IsError {
+					b.Fatal(res, err)
+				}
+			}
+		})
+	}
+}
