@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -77,6 +78,12 @@ type Session struct {
 	// warnings go to the first command's Result.Warnings.
 	warnMu   sync.Mutex
 	warnings []string
+
+	// env is the last command environment made from the session's host
+	// environment: an agent's calls repeat the same extra variables.
+	envMu    sync.Mutex
+	envExtra []string
+	env      []string
 
 	// spawner starts a session's later commands (spawner.go).
 	spawner       spawnerGate
@@ -408,16 +415,17 @@ type Result struct {
 	Timing []nsjail.Stage
 }
 
-// Exec runs one command in the session and waits for it. The command and
-// everything it started are gone when Exec returns.
-func (s *Session) Exec(ctx context.Context, o *ExecOptions) (*Result, error) {
-	t0 := time.Now()
-	if len(o.Argv) == 0 {
-		return nil, errors.New("no command given")
-	}
-	cwd, err := insideCwd(o.Cwd)
-	if err != nil {
-		return nil, err
+// commandEnv is the environment of o's command: the policy's filter of the
+// host environment and o.ExtraEnv, pointed at the proxy when there is one.
+// The result is read-only; the last one made from the session's own host
+// environment is kept.
+func (s *Session) commandEnv(o *ExecOptions) ([]string, error) {
+	if o.Env == nil {
+		s.envMu.Lock()
+		defer s.envMu.Unlock()
+		if s.env != nil && slices.Equal(s.envExtra, o.ExtraEnv) {
+			return s.env, nil
+		}
 	}
 	host := s.o.HostEnv
 	if o.Env != nil {
@@ -429,6 +437,27 @@ func (s *Session) Exec(ctx context.Context, o *ExecOptions) (*Result, error) {
 	}
 	if s.p.Network.Mode == policy.NetProxy {
 		env = proxyEnv(env)
+	}
+	if o.Env == nil {
+		s.env, s.envExtra = env, slices.Clone(o.ExtraEnv)
+	}
+	return env, nil
+}
+
+// Exec runs one command in the session and waits for it. The command and
+// everything it started are gone when Exec returns.
+func (s *Session) Exec(ctx context.Context, o *ExecOptions) (*Result, error) {
+	t0 := time.Now()
+	if len(o.Argv) == 0 {
+		return nil, errors.New("no command given")
+	}
+	cwd, err := insideCwd(o.Cwd)
+	if err != nil {
+		return nil, err
+	}
+	env, err := s.commandEnv(o)
+	if err != nil {
+		return nil, err
 	}
 	stdin, stdout, stderr := o.Stdin, o.Stdout, o.Stderr
 	if stdin == nil || stdout == nil || stderr == nil {
