@@ -163,29 +163,32 @@ func Build(s *Spec) (*Plan, error) {
 var stageCandidates = []string{"/tmp", "/mnt", "/media", "/srv", "/boot", "/var/tmp", "/run", "/var", "/home"}
 
 // pickStage returns the first candidate that is a real directory and that
-// no bind source contains (a source equal to or above it, such as a
-// workspace at /tmp, would see the half-built root through its recursive
-// bind).
+// no bind source contains (a source that is the candidate or one of its
+// parent directories, such as a workspace at /tmp, would see the half-built
+// root through its recursive bind). Directories are compared by device and
+// inode, so symlinks and other bind mounts of the same directory count; one
+// stat per source instead of resolving every source's path.
 func pickStage(p *Plan) (string, error) {
-	var srcs []string
+	type dirID struct{ dev, ino uint64 }
+	sources := map[dirID]bool{}
 	for _, s := range p.Steps {
-		if s.Kind == Bind {
-			if r, err := filepath.EvalSymlinks(s.Source); err == nil {
-				srcs = append(srcs, r)
-			} else {
-				srcs = append(srcs, s.Source)
-			}
+		var st unix.Stat_t
+		if s.Kind == Bind && unix.Stat(s.Source, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			sources[dirID{uint64(st.Dev), st.Ino}] = true // (a missing or non-directory source contains nothing)
 		}
 	}
 next:
 	for _, c := range stageCandidates {
-		fi, err := os.Lstat(c)
-		if err != nil || !fi.IsDir() {
+		var st unix.Stat_t
+		if unix.Lstat(c, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			continue
 		}
-		for _, src := range srcs {
-			if src == "/" || c == src || strings.HasPrefix(c, strings.TrimSuffix(src, "/")+"/") {
+		for d := c; ; d = filepath.Dir(d) {
+			if unix.Stat(d, &st) == nil && sources[dirID{uint64(st.Dev), st.Ino}] {
 				continue next
+			}
+			if d == "/" {
+				break
 			}
 		}
 		return c, nil
@@ -193,7 +196,6 @@ next:
 	return "", fmt.Errorf("no directory to build the sandbox's root on: every one of %v is missing or inside a bind source; choose a workspace elsewhere", stageCandidates)
 }
 
-// addHostEntry binds a host directory or file read-only, or recreates a
 // symlink, at target. Missing entries are skipped.
 func addHostEntry(p *Plan, src, target, why string) error {
 	fi, err := os.Lstat(src)
@@ -224,12 +226,16 @@ func addEtc(p *Plan, s *Spec, etcSrc string) error {
 	if etcSrc == "/etc" {
 		names = append(names, HostEtc...)
 		// One directory read for every glob (filepath.Glob reads it per
-		// pattern).
-		ents, _ := os.ReadDir(etcSrc)
+		// pattern), of the names only.
+		var ents []string
+		if d, err := os.Open(etcSrc); err == nil {
+			ents, _ = d.Readdirnames(-1)
+			d.Close()
+		}
 		for _, e := range ents {
 			for _, g := range HostEtcGlobs {
-				if ok, _ := filepath.Match(g, e.Name()); ok {
-					names = append(names, e.Name())
+				if ok, _ := filepath.Match(g, e); ok {
+					names = append(names, e)
 					break
 				}
 			}
