@@ -19,8 +19,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/hutchsandbox/hutch"
 	// The C fast path of `hutch exec` (a constructor; see its package doc).
@@ -35,7 +37,19 @@ import (
 var version = "dev"
 
 func main() {
+	mainStarted = monotonic()
 	os.Exit(run(os.Args))
+}
+
+// mainStarted is when main began (CLOCK_MONOTONIC), for --debug: with the
+// prestarted init's clone time (the process's first instructions) it
+// splits the time before hutch.Run into the Go runtime's start and the CLI.
+var mainStarted time.Duration
+
+func monotonic() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return time.Duration(ts.Nano())
 }
 
 // exitError carries an exit status with its message.
@@ -265,6 +279,7 @@ func runCommand() *cli.Command {
 			if c.Bool("json") {
 				return runJSON(c, p, secLog, logger)
 			}
+			cliDone := monotonic()
 			res, err := hutch.Run(c.Context, &hutch.RunOptions{
 				SecurityLog:    secLog,
 				Policy:         p,
@@ -282,6 +297,11 @@ func runCommand() *cli.Command {
 			})
 			if err != nil {
 				return &exitError{hutch.ExitSetup, "hutch: cannot set up the sandbox: " + err.Error()}
+			}
+			if c.Bool("debug") && pre != nil {
+				started := time.Duration(pre.Forked.Nano())
+				fmt.Fprintf(os.Stderr, "hutch: timing %-22s %8.3f ms\n", "process.runtime", float64(mainStarted-started)/1e6)
+				fmt.Fprintf(os.Stderr, "hutch: timing %-22s %8.3f ms\n", "process.cli", float64(cliDone-mainStarted)/1e6)
 			}
 			for _, t := range res.Timing {
 				fmt.Fprintf(os.Stderr, "hutch: timing %-22s %8.3f ms\n", t.Name, float64(t.Usec)/1000)
