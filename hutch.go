@@ -195,7 +195,7 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 			return nil, err
 		}
 	}
-	tm = time.Now()
+	tm = mark("supervisor.pre", tm)
 	own := hostdirs.Own()
 	if l := o.SecurityLog; l != nil && l.Path() != "" {
 		own = append(own, filepath.Dir(l.Path()))
@@ -237,12 +237,13 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 	if s.filter, s.prof, err = seccompFilter(ctx, p, o.Logger); err != nil {
 		return nil, err
 	}
-	mark("supervisor.seccomp", tm)
+	tm = mark("supervisor.seccomp", tm)
 	if o.Prestarted != nil {
 		if err = launch(); err != nil {
 			return nil, err
 		}
 	}
+	tm = mark("supervisor.adopt", tm)
 	if s.filter.NotifyUnavailable != "" {
 		s.rec.Record(seclog.Event{Kind: seclog.KindSandbox, Rule: "seccomp", Subject: "notification unavailable",
 			Message: "seccomp user notification unavailable (" + s.filter.NotifyUnavailable + "): denials are enforced but not logged", Level: slog.LevelInfo})
@@ -260,6 +261,7 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 		Proxy:    proxied,
 		Rlimits:  s.limits.rlimits,
 	}
+	mark("supervisor.setup", tm)
 	tPlan := time.Since(t0)
 	sctx, cancel := context.WithTimeout(ctx, initSetupBudget)
 	err = s.sb.Configure(sctx, setup, s.filter.BPF)
