@@ -204,7 +204,17 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 	if err != nil {
 		return nil, err
 	}
-	if s.prot, err = mounts.PrepareProtected(s.ws, policy.WorkspaceMount, p.Filesystem.Protected, hidden); err != nil {
+	protected := p.Filesystem.Protected
+	config := []string{p.File}
+	if prof := p.Seccomp.Profile; prof != "" && prof != "default" {
+		config = append(config, prof)
+	}
+	if rels, err := hostdirs.ConfigInWorkspace(s.ws, config); err != nil {
+		return nil, err
+	} else if len(rels) > 0 {
+		protected = append(slices.Clone(protected), rels...)
+	}
+	if s.prot, err = mounts.PrepareProtected(s.ws, policy.WorkspaceMount, protected, hidden); err != nil {
 		return nil, err
 	}
 	spec := &mounts.Spec{

@@ -119,6 +119,36 @@ func InWorkspace(ws string, dirs []string) ([]string, error) {
 	return rels, nil
 }
 
+// ConfigInWorkspace returns, relative to the workspace ws (a real path),
+// those of files (hutch's configuration: the policy file, a seccomp profile
+// it names) that lie inside it once symlinks are resolved. Missing files
+// and "" are skipped. hutch reads these files again on the next run, so a
+// sandbox must not be able to change them.
+func ConfigInWorkspace(ws string, files []string) ([]string, error) {
+	var rels []string
+	for _, f := range files {
+		if f == "" {
+			continue
+		}
+		real, err := filepath.EvalSymlinks(f)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("configuration file %s: %w", f, err)
+		}
+		if real == ws || !within(ws, real) {
+			continue
+		}
+		rel, err := filepath.Rel(ws, real)
+		if err != nil {
+			return nil, fmt.Errorf("configuration file %s: %w", f, err)
+		}
+		rels = append(rels, rel)
+	}
+	return rels, nil
+}
+
 // within reports whether path is root or lies beneath it (both clean and
 // absolute).
 func within(root, path string) bool {

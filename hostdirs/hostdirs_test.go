@@ -96,3 +96,28 @@ func TestInWorkspace(t *testing.T) {
 		}
 	}
 }
+
+func TestConfigInWorkspace(t *testing.T) {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(root, "ws")
+	os.MkdirAll(filepath.Join(ws, "conf"), 0o755)
+	os.WriteFile(filepath.Join(ws, "conf", "hutch.toml"), nil, 0o644)
+	os.WriteFile(filepath.Join(root, "outside.toml"), nil, 0o644)
+	os.Symlink(filepath.Join(ws, "conf", "hutch.toml"), filepath.Join(root, "link.toml"))
+	rels, err := ConfigInWorkspace(ws, []string{
+		filepath.Join(ws, "conf", "hutch.toml"), // inside
+		filepath.Join(root, "outside.toml"),     // outside
+		filepath.Join(root, "link.toml"),        // a link outside to a file inside
+		filepath.Join(ws, "missing.json"),       // skipped
+		"",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(rels, ","); got != "conf/hutch.toml,conf/hutch.toml" {
+		t.Errorf("ConfigInWorkspace = %q", got)
+	}
+}

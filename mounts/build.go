@@ -295,7 +295,7 @@ type Protection struct {
 // it. Every existing directory on the way is pinned (made a mount point) so
 // that it cannot be renamed away and recreated.
 func PrepareProtected(workspace, mountAt string, protected, hidden []string) (*Protection, error) {
-	w := &protectWalk{workspace: workspace, mountAt: mountAt, pinned: map[string]bool{}, pr: &Protection{}}
+	w := &protectWalk{workspace: workspace, mountAt: mountAt, pinned: map[string]bool{}, done: map[string]bool{}, pr: &Protection{}}
 	for _, rel := range protected {
 		if err := w.walk(rel, Protect, "protected path "+rel, "placeholder for missing protected path "+rel); err != nil {
 			return w.pr, err
@@ -318,6 +318,7 @@ type protectWalk struct {
 	workspace, mountAt string
 	pr                 *Protection
 	pinned             map[string]bool
+	done               map[string]bool // paths walked already
 	placed             []string
 	pins, leaves       []Step
 }
@@ -329,9 +330,10 @@ func (w *protectWalk) walk(rel string, kind Kind, why, whyPlaceholder string) er
 	if filepath.IsAbs(clean) || clean == "." || strings.HasPrefix(clean, "..") {
 		return fmt.Errorf("protected path %q: want a path relative to the workspace", rel)
 	}
-	if coveredBy(clean, w.placed) {
-		return nil // a placeholder above it already makes it uncreatable
+	if coveredBy(clean, w.placed) || w.done[clean] {
+		return nil // a placeholder above it already makes it uncreatable, or listed twice
 	}
+	w.done[clean] = true
 	comps := strings.Split(clean, "/")
 	dirfd, err := unix.Open(w.workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {

@@ -141,7 +141,7 @@ func TestPrepareProtected(t *testing.T) {
 		os.MkdirAll(filepath.Join(ws, ".git", "hooks"), 0o755)
 		os.MkdirAll(filepath.Join(ws, ".cache", "hutch"), 0o700)
 		os.WriteFile(filepath.Join(ws, ".state"), nil, 0o644)
-		pr, err := PrepareProtected(ws, "/workspace", []string{".git/hooks"}, []string{".cache/hutch"})
+		pr, err := PrepareProtected(ws, "/workspace", []string{".git/hooks", ".git/hooks/"}, []string{".cache/hutch"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -103,6 +103,9 @@ func allKeys() []string {
 	walk = func(prefix string, t reflect.Type) {
 		for i := 0; i < t.NumField(); i++ {
 			f := t.Field(i)
+			if tomlKey(f) == "-" {
+				continue
+			}
 			key := strings.TrimPrefix(prefix+"."+tomlKey(f), ".")
 			switch {
 			case f.Type.Kind() == reflect.Struct:

@@ -63,7 +63,14 @@ func Load(path string) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	return Parse(data, path)
+	p, err := Parse(data, path)
+	if err != nil {
+		return nil, err
+	}
+	if p.File, err = filepath.Abs(path); err != nil {
+		return nil, fmt.Errorf("policy %s: %w", path, err)
+	}
+	return p, nil
 }
 
 // Parse decodes a policy file's contents. name is the file's path; it names
@@ -539,9 +546,11 @@ func validKeys(table []string) string {
 	if t.Kind() != reflect.Struct {
 		return ""
 	}
-	keys := make([]string, t.NumField())
-	for i := range keys {
-		keys[i] = tomlKey(t.Field(i))
+	var keys []string
+	for i := 0; i < t.NumField(); i++ {
+		if k := tomlKey(t.Field(i)); k != "-" { // "-": not part of the format
+			keys = append(keys, k)
+		}
 	}
 	return where + ": " + strings.Join(keys, ", ")
 }

@@ -372,3 +372,33 @@ func TestParseErrorDetails(t *testing.T) {
 		t.Errorf("error = %+v; want %+v", *e, want)
 	}
 }
+
+// Load records the file it read, absolute; the format never carries it.
+func TestLoadRecordsTheFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "p.toml")
+	if err := os.WriteFile(path, []byte("version = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	p, err := Load("p.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.File != path {
+		t.Errorf("File = %q, want %q", p.File, path)
+	}
+	out, err := p.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), path) {
+		t.Errorf("Marshal writes the file's path:\n%s", out)
+	}
+	if q, err := Parse(out, "again"); err != nil || q.File != "" {
+		t.Errorf("Parse: File %q, err %v", q.File, err)
+	}
+	if _, err := Parse([]byte("- = 1\n"), "dash.toml"); err == nil {
+		t.Error(`the key "-" was accepted`)
+	}
+}

@@ -62,6 +62,12 @@ type Policy struct {
 	Lifecycle   Lifecycle   `toml:"lifecycle"`
 	Environment Environment `toml:"environment"`
 	Seccomp     Seccomp     `toml:"seccomp"`
+
+	// File is the policy file this policy was loaded from (absolute), or
+	// "" (the built-in default, or one parsed from memory). It is not part
+	// of the format: a sandbox whose workspace holds the file gets it
+	// read-only, so that sandboxed code cannot loosen the next run's policy.
+	File string `toml:"-"`
 }
 
 // Sandbox holds the identity of the sandboxed command.

@@ -665,3 +665,36 @@ func dirDigest(t *testing.T, dir string) string {
 	}
 	return b.String()
 }
+
+// TestPolicyFileProtected: a policy file (and the seccomp profile it names)
+// inside the workspace is read-only inside, for hutch run and for a
+// session, so that sandboxed code cannot loosen the next run's policy.
+func TestPolicyFileProtected(t *testing.T) {
+	ws := userDir(t)
+	writeUserFile(t, filepath.Join(ws, "conf", "hutch.toml"), "version = 1\n[network]\nmode = \"none\"\n")
+	pol := filepath.Join(ws, "conf", "hutch.toml")
+	script := `
+echo 'mode = "proxy"' >> conf/hutch.toml 2>/dev/null && echo WROTE
+rm -f conf/hutch.toml 2>/dev/null; [ -e conf/hutch.toml ] || echo REMOVED
+mv conf conf2 2>/dev/null && echo MOVED-DIR
+cat conf/hutch.toml >/dev/null && echo readable
+echo x > conf/other && echo other-ok`
+	check := func(how string, r result) {
+		t.Helper()
+		mustCode(t, r, 0)
+		for _, bad := range []string{"WROTE", "REMOVED", "MOVED-DIR"} {
+			if strings.Contains(r.stdout, bad) {
+				t.Errorf("%s: the policy file is not protected (%s):\n%s", how, bad, r.stdout)
+			}
+		}
+		if !strings.Contains(r.stdout, "readable") || !strings.Contains(r.stdout, "other-ok") {
+			t.Errorf("%s: the policy file should stay readable and its directory writable:\n%s\n%s", how, r.stdout, r.stderr)
+		}
+	}
+	check("run", hutch(t, opts{dir: ws}, "run", "--policy", pol, "--", "/bin/sh", "-c", script))
+	name := startSession(t, ws, "--policy", pol)
+	check("exec", hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c", script))
+	if b, _ := os.ReadFile(pol); string(b) != "version = 1\n[network]\nmode = \"none\"\n" {
+		t.Errorf("the policy file changed on the host: %q", b)
+	}
+}

@@ -51,6 +51,9 @@ func sessionCommand() *cli.Command {
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "name", Required: true},
 					&cli.StringFlag{Name: "security-log"},
+					// The policy file the effective policy came from (the
+					// policy itself arrives on stdin): protected inside.
+					&cli.StringFlag{Name: "policy-file"},
 				},
 				Action: sessionServe,
 			},
@@ -96,6 +99,9 @@ func sessionStart(c *cli.Context) error {
 	if l := c.String("security-log"); l != "" {
 		abs, _ := filepath.Abs(l)
 		args = append(args, "--security-log", abs)
+	}
+	if p.File != "" {
+		args = append(args, "--policy-file", p.File)
 	}
 	cmd := exec.Command("/proc/self/exe", args...)
 	cmd.Args[0] = "hutch"
@@ -149,6 +155,7 @@ func sessionServe(c *cli.Context) error {
 	if err != nil {
 		return fail(err)
 	}
+	p.File = c.String("policy-file")
 	name := c.String("name")
 	dir, err := session.Dir()
 	if err != nil {
