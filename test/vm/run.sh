@@ -177,14 +177,15 @@ exec 9>"$cache/.lock"
 flock 9
 kernel_deb=$(fetch $KERNEL_PKG $KERNEL_VER $KERNEL_SHA256)
 busybox_deb=$(fetch $BUSYBOX_PKG $BUSYBOX_VER $BUSYBOX_SHA256)
-# Of the kernel package, keep vmlinuz, its config and the modules we load,
+# Of the kernel package, keep vmlinuz, its config, its System.map (which
+# qemu-hang.py names a hung guest's functions with) and the modules we load,
 # decompressed (the cloud kernel ships them plain; others use .ko.xz/.ko.zst).
 kdir=$cache/kernel-$KERNEL_VER
-if [ "$(cat "$kdir/.done" 2>/dev/null)" != "$MODULES" ]; then
+if [ "$(cat "$kdir/.done" 2>/dev/null)" != "$MODULES System.map" ]; then
 	rm -rf "$kdir" "$kdir.x"
 	dpkg-deb -x "$kernel_deb" "$kdir.x"
 	mkdir -p "$kdir/modules"
-	cp "$kdir.x"/boot/vmlinuz-* "$kdir.x"/boot/config-* "$kdir/"
+	cp "$kdir.x"/boot/vmlinuz-* "$kdir.x"/boot/config-* "$kdir.x"/boot/System.map-* "$kdir/"
 	for m in $MODULES; do
 		ko=$(find "$kdir.x/lib/modules" \( -name "$m.ko" -o -name "$m.ko.xz" -o -name "$m.ko.zst" -o -name "$m.ko.gz" \) | head -n 1)
 		[ -n "$ko" ] || fail "module $m not found in $KERNEL_PKG"
@@ -198,7 +199,7 @@ if [ "$(cat "$kdir/.done" 2>/dev/null)" != "$MODULES" ]; then
 		[ -z "$deps" ] || fail "module $m depends on $deps: add those to MODULES, in load order"
 	done
 	rm -rf "$kdir.x"
-	echo "$MODULES" >"$kdir/.done"
+	echo "$MODULES System.map" >"$kdir/.done"
 fi
 bdir=$cache/busybox-${BUSYBOX_VER#*:}
 if [ ! -f "$bdir/.done" ]; then
@@ -290,7 +291,9 @@ chmod 644 "$root/vm/run"
 log=${log:-$cache/logs/$scenario.log}
 mkdir -p "$(dirname "$log")"
 : >"$log"
-cmdline="console=ttyS0 panic=-1 quiet"
+# nokaslr: the addresses qemu-hang.py reports of a hung guest then match
+# the kernel's symbols.
+cmdline="console=ttyS0 panic=-1 quiet nokaslr"
 for a in $append; do
 	case "$a" in
 	-[!-]*) cmdline=$(echo " $cmdline " | sed "s| ${a#-} | |;s|^ ||;s| $||") ;;
@@ -315,12 +318,14 @@ setpriv --pdeathsig KILL \
 	timeout -k 5 "$timeout_s" \
 	setpriv --pdeathsig KILL \
 	"$qemu_bin" -accel tcg -m 1024 -smp 2 \
-	-nodefaults -no-user-config -nographic -serial stdio -monitor none \
+	-nodefaults -no-user-config -nographic -serial stdio \
+	-monitor "unix:$build/monitor.sock,server=on,wait=off" \
 	-no-reboot -bios "$qboot" \
 	-kernel "$vmlinuz" -initrd "$build/initrd.cpio" \
 	-append "$cmdline" \
-	</dev/null >"$log" 2>&1 &
+	</dev/null >>"$log" 2>&1 &
 qpid=$!
+booted_at=$SECONDS
 tail_pid=
 if [ $verbose = 1 ]; then
 	tail -n +1 -f --pid=$qpid "$log" | tr -d '\r' >&2 &
@@ -328,9 +333,17 @@ if [ $verbose = 1 ]; then
 fi
 t_booted=
 t_result=
+asked=0
 while kill -0 $qpid 2>/dev/null; do
 	if [ -z "$t_booted" ] && grep -aq "HUTCH-VM-BOOTED $nonce:" "$log"; then t_booted=$(now); fi
 	if [ -z "$t_result" ] && grep -aq "HUTCH-VM-RESULT $nonce:" "$log"; then t_result=$(now); fi
+	# No result shortly before the timeout: a guest that froze runs no
+	# watchdog of its own (/init's), so ask qemu's monitor where its vCPUs
+	# are, once.
+	if [ $asked = 0 ] && [ -z "$t_result" ] && [ $((SECONDS - booted_at)) -ge $((timeout_s - 10)) ]; then
+		asked=1
+		python3 "$here/qemu-hang.py" "$build/monitor.sock" "$(ls "$kdir"/System.map-* 2>/dev/null | head -n 1)" >>"$log" 2>&1 || true
+	fi
 	sleep 0.1
 done
 rc=0

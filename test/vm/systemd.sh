@@ -88,6 +88,7 @@ build=$(mktemp -d "$cache/tmp/systemd.XXXXXX")
 qpid=
 cleanup() {
 	if [ -n "$qpid" ] && kill -0 "$qpid" 2>/dev/null; then kill -KILL "$qpid" 2>/dev/null || true; fi
+	if [ -n "$hangpid" ]; then kill "$hangpid" 2>/dev/null || true; fi
 	if [ $keep = 0 ]; then rm -rf "$build"; else say "kept $build"; fi
 }
 trap cleanup EXIT
@@ -95,6 +96,7 @@ trap 'exit 130' INT TERM HUP
 
 # ---- the image: the cached rootfs plus hutch, a user and the payload ----
 nonce=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
+hangpid=
 img=$build/root
 mkdir -p "$img"
 cp -a "$rootfs/." "$img/"
@@ -180,16 +182,23 @@ say "booting systemd (Debian $SUITE) on $(basename "$vmlinuz"), log $log (attemp
 t_boot=$(now)
 setpriv --pdeathsig KILL timeout -k 5 "$timeout_s" setpriv --pdeathsig KILL \
 	"$qemu_bin" -accel tcg -m 1536 -smp 2 \
-	-nodefaults -no-user-config -nographic -serial stdio -monitor none \
+	-nodefaults -no-user-config -nographic -serial stdio -monitor "unix:$build/monitor.sock,server=on,wait=off" \
 	-no-reboot -bios "$qboot" -kernel "$vmlinuz" -initrd "$build/initrd.cpio" \
 	-drive file="$build/root.img",if=virtio,format=raw,snapshot=on \
-	-append "console=ttyS0 panic=-1 quiet systemd.show_status=0 rw hutch.attempt=$attempt ${HUTCH_VM_APPEND:-}" \
-	</dev/null >"$log" 2>&1 &
+	-append "console=ttyS0 panic=-1 quiet systemd.show_status=0 rw nokaslr hutch.attempt=$attempt ${HUTCH_VM_APPEND:-}" \
+	</dev/null >>"$log" 2>&1 &
 qpid=$!
+# A guest that froze runs no watchdog of its own: shortly before the
+# timeout, ask qemu's monitor where its vCPUs are (qemu-hang.py).
+python3 "$here/qemu-hang.py" --after $((timeout_s > 40 ? timeout_s - 15 : timeout_s * 2 / 3)) \
+	--unless "HUTCH-VM-RESULT $nonce:" --log "$log" \
+	"$build/monitor.sock" "$(ls "$cache"/kernel-*/System.map-* 2>/dev/null | head -n 1)" >>"$log" 2>&1 &
+hangpid=$!
 if [ $verbose = 1 ]; then tail -n +1 -f --pid=$qpid "$log" | tr -d '\r' >&2 & fi
 rc=0
 wait $qpid || rc=$?
 qpid=
+kill $hangpid 2>/dev/null || true
 t_end=$(now)
 result=$(grep -a "HUTCH-VM-RESULT $nonce:" "$log" | tr -d '\r' | head -n 1 | sed 's/.*: //' || true)
 echo "HUTCH-VM-TIMING: scenario=systemd attempt=$attempt qemu=$(secs "$t_boot" "$t_end")s total=$(secs "$t_start" "$t_end")s"
