@@ -75,10 +75,12 @@ WORK=$(mktemp -d /tmp/hutch-bench.XXXXXX)
 chmod 755 "$WORK"
 BIN=$WORK/bin/hutch
 WS=$WORK/ws              # the workspace (hutch's default: the current dir)
+GITWS=$WORK/gitws        # a workspace with a .git, as a project checkout has
 UHOME=$WORK/home          # HOME, XDG_CACHE_HOME, XDG_STATE_HOME
 UOUT=$WORK/out            # hyperfine writes its JSON here, copied to $OUT
 SYNTH=$WORK/etc           # /etc files hutch synthesizes, for bwrap
-mkdir -p "$WORK/bin" "$WS" "$UHOME/cache" "$UHOME/state" "$UHOME/run" "$UOUT" "$SYNTH"
+mkdir -p "$WORK/bin" "$WS" "$GITWS/.git/hooks" "$UHOME/cache" "$UHOME/state" "$UHOME/run" "$UOUT" "$SYNTH"
+printf '[core]\n\trepositoryformatversion = 0\n' >"$GITWS/.git/config"
 chmod 700 "$UHOME/run"
 cp "$SRC_BIN" "$BIN"
 chmod 755 "$WORK/bin" "$BIN"
@@ -115,7 +117,7 @@ EOF
 RUNAS=()
 BUSER=$(id -un)
 if [ "$IS_ROOT" = 1 ]; then
-	chown -R 65534:65534 "$WS" "$UHOME" "$UOUT"
+	chown -R 65534:65534 "$WS" "$GITWS" "$UHOME" "$UOUT"
 	RUNAS=(setpriv --reuid 65534 --regid 65534 --clear-groups)
 	BUSER="nobody (uid 65534)"
 fi
@@ -243,6 +245,10 @@ cp "$ROOT/bench/interleave.py" "$WORK/interleave.py"
 il=(host /bin/true)
 [ "$HAVE_BWRAP" = 1 ] && il+=(bwrap "$BW /bin/true")
 il+=(hutch "$BIN run -- /bin/true" hutch-net-none "$BIN run --net none -- /bin/true")
+# The workspace above has no .git, so every run makes, protects and removes a
+# placeholder .git on the host (see docs/POLICY.md); a project checkout has
+# one, and its protected paths cost mounts only.
+il+=(hutch-git-workspace "$BIN run --workspace $GITWS -- /bin/true")
 warm
 say "group cold-interleaved"
 as_user python3 "$WORK/interleave.py" "${BENCH_IL_RUNS:-100}" "$WARMUP" "$UOUT/cold-interleaved.json" "${il[@]}"

@@ -92,7 +92,7 @@ if il is not None:
         p(row)
     p()
     if "bwrap" in il:
-        for n in ("hutch", "hutch-net-none"):
+        for n in ("hutch", "hutch-net-none", "hutch-git-workspace"):
             if n in il:
                 r = il[n]["median"] / il["bwrap"]["median"]
                 verdict(f"cold start {n} <= 0.9x bwrap (interleaved)", r <= 0.9, f"{r:.2f}x ({ms(il[n]['median']):.1f} vs {ms(il['bwrap']['median']):.1f} ms)")
