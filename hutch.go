@@ -196,20 +196,21 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 		}
 	}
 	tm = mark("supervisor.pre", tm)
-	own := hostdirs.Own()
-	if l := o.SecurityLog; l != nil && l.Path() != "" {
-		own = append(own, filepath.Dir(l.Path()))
-	}
-	hidden, err := hostdirs.InWorkspace(s.ws, own)
+	hidden, err := hostdirs.InWorkspace(s.ws, hostdirs.Own())
 	if err != nil {
 		return nil, err
 	}
+	// Files hutch reads or appends to again, when they lie in the
+	// workspace: read-only inside.
 	protected := p.Filesystem.Protected
-	config := []string{p.File}
+	files := []string{p.File}
 	if prof := p.Seccomp.Profile; prof != "" && prof != "default" {
-		config = append(config, prof)
+		files = append(files, prof)
 	}
-	if rels, err := hostdirs.ConfigInWorkspace(s.ws, config); err != nil {
+	if l := o.SecurityLog; l != nil {
+		files = append(files, l.Path())
+	}
+	if rels, err := hostdirs.ConfigInWorkspace(s.ws, files); err != nil {
 		return nil, err
 	} else if len(rels) > 0 {
 		protected = append(slices.Clone(protected), rels...)

@@ -89,6 +89,10 @@ func InWorkspace(ws string, dirs []string) ([]string, error) {
 		if d == "" {
 			continue
 		}
+		d, err := filepath.Abs(d)
+		if err != nil {
+			return nil, fmt.Errorf("hutch's directory %s: %w", d, err)
+		}
 		real, err := resolve(d)
 		if err != nil {
 			return nil, fmt.Errorf("hutch's directory %s: %w", d, err)
@@ -121,8 +125,9 @@ func InWorkspace(ws string, dirs []string) ([]string, error) {
 
 // ConfigInWorkspace returns, relative to the workspace ws (a real path),
 // those of files (hutch's configuration: the policy file, a seccomp profile
-// it names) that lie inside it once symlinks are resolved. Missing files
-// and "" are skipped. hutch reads these files again on the next run, so a
+// it names; a security log given with --security-log) that lie inside it
+// once symlinks are resolved. Missing files and "" are skipped. hutch reads
+// these files again on the next run or writes them during this one, so a
 // sandbox must not be able to change them.
 func ConfigInWorkspace(ws string, files []string) ([]string, error) {
 	var rels []string
@@ -130,7 +135,11 @@ func ConfigInWorkspace(ws string, files []string) ([]string, error) {
 		if f == "" {
 			continue
 		}
-		real, err := filepath.EvalSymlinks(f)
+		abs, err := filepath.Abs(f)
+		if err != nil {
+			return nil, fmt.Errorf("configuration file %s: %w", f, err)
+		}
+		real, err := filepath.EvalSymlinks(abs)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}

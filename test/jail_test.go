@@ -697,4 +697,13 @@ echo x > conf/other && echo other-ok`
 	if b, _ := os.ReadFile(pol); string(b) != "version = 1\n[network]\nmode = \"none\"\n" {
 		t.Errorf("the policy file changed on the host: %q", b)
 	}
+
+	// A security log given as a relative path inside the workspace: the
+	// sandbox cannot rewrite or remove its own record.
+	r := hutch(t, opts{dir: ws}, "run", "--security-log", "sec.log", "--", "/bin/sh", "-c",
+		`(: > sec.log) 2>/dev/null && echo TRUNCATED; rm -f sec.log 2>/dev/null; [ -e sec.log ] || echo REMOVED; echo done`)
+	mustCode(t, r, 0)
+	if strings.Contains(r.stdout, "TRUNCATED") || strings.Contains(r.stdout, "REMOVED") || !strings.Contains(r.stdout, "done") {
+		t.Errorf("the security log in the workspace is not protected:\n%s\n%s", r.stdout, r.stderr)
+	}
 }
