@@ -229,7 +229,33 @@ func TestPlanHint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, data := range map[string][]byte{"other plan": evil, "garbage": []byte("\xff\xff\xff\xffnot a plan")} {
+	// A hint whose step writes outside the staging directory (its staged
+	// path rewritten in place, same length): the init must refuse to
+	// build any of it, or the file would appear in the host's workspace.
+	// (The stage must not hide the workspace: not /tmp, which holds it.)
+	pwned := filepath.Join(ws, "pwned")
+	stage := ""
+	for _, c := range []string{"/var", "/mnt", "/srv", "/opt"} {
+		if fi, err := os.Stat(c); err == nil && fi.IsDir() && !strings.HasPrefix(ws, c+"/") {
+			stage = c
+			break
+		}
+	}
+	if stage == "" {
+		t.Fatalf("no directory outside the workspace %s to stage the escaping hint on", ws)
+	}
+	target := "/" + strings.Repeat("a", len(pwned)-len(stage)-1)
+	escape, err := nsjail.EncodePlanHint(&mounts.Plan{RootSize: 4 << 20, Stage: stage, Steps: []mounts.Step{
+		{Kind: mounts.File, Target: target, Data: "pwned\n", Mode: 0o644},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if staged := []byte(stage + target); len(staged) != len(pwned) || bytes.Count(escape, staged) != 1 {
+		t.Fatalf("cannot rewrite the staged path in the hint (%d bytes, %d found)", len(staged), bytes.Count(escape, staged))
+	}
+	escape = bytes.Replace(escape, []byte(stage+target), []byte(pwned), 1)
+	for name, data := range map[string][]byte{"other plan": evil, "garbage": []byte("\xff\xff\xff\xffnot a plan"), "escape": escape} {
 		if err := os.WriteFile(hints[0], data, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -243,5 +269,8 @@ func TestPlanHint(t *testing.T) {
 		if b, _ := os.ReadFile(hints[0]); bytes.Equal(b, data) {
 			t.Errorf("%s: the unusable hint was not replaced", name)
 		}
+	}
+	if _, err := os.Stat(pwned); err == nil {
+		t.Errorf("a plan hint step wrote %s on the host", pwned)
 	}
 }
