@@ -58,11 +58,8 @@ func DiscoverRegistries(ctx context.Context, workspace string, fresh bool) []egr
 	}
 	d := egress.Discover(ctx, egress.SystemHost(workspace))
 	if path != "" && ctx.Err() == nil {
-		if b, err := json.Marshal(d); err == nil && os.MkdirAll(dir, 0o700) == nil {
-			tmp := path + ".tmp" + key
-			if os.WriteFile(tmp, b, 0o600) == nil {
-				_ = os.Rename(tmp, path)
-			}
+		if b, err := json.Marshal(d); err == nil {
+			_ = hostdirs.WriteFile(path, b) // a cache: the next run discovers again
 		}
 	}
 	return d

@@ -2,12 +2,12 @@ package hutch
 
 import (
 	"bytes"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 
+	"github.com/hutchsandbox/hutch/hostdirs"
 	"github.com/hutchsandbox/hutch/mounts"
 	"github.com/hutchsandbox/hutch/nsjail"
 )
@@ -36,26 +36,10 @@ func writePlanHint(path string, plan *mounts.Plan) error {
 	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, b) {
 		return nil
 	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
-	}
-	tmp, err := os.CreateTemp(dir, ".tmp-*") // 0600
-	if err != nil {
+	if err := hostdirs.WriteFile(path, b); err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name()) // a no-op after the rename
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	return prunePlanHints(dir, maxPlanHints)
+	return prunePlanHints(filepath.Dir(path), maxPlanHints)
 }
 
 // prunePlanHints removes the oldest hints beyond keep.

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutchsandbox/hutch/hostdirs"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seccompprofiles"
 	"github.com/hutchsandbox/hutch/seclog"
@@ -124,7 +125,7 @@ func loadFastFilter(path string, tables func() (*seccompprofiles.Filter, error))
 }
 
 func storeFastFilter(path string, f *seccompprofiles.Filter) {
-	if path == "" || f.NotifyUnavailable != "" || os.MkdirAll(filepath.Dir(path), 0o700) != nil {
+	if path == "" || f.NotifyUnavailable != "" {
 		return
 	}
 	b := append([]byte(fastMagic), 0)
@@ -132,10 +133,7 @@ func storeFastFilter(path string, f *seccompprofiles.Filter) {
 		b[len(fastMagic)] = 1
 	}
 	b = append(b, f.BPF...)
-	tmp := fmt.Sprintf("%s.bpf.%d.tmp", path, os.Getpid())
-	if os.WriteFile(tmp, b, 0o600) != nil || os.Rename(tmp, path+".bpf") != nil {
-		_ = os.Remove(tmp)
-	}
+	_ = hostdirs.WriteFile(path+".bpf", b) // a cache: the next run compiles again
 }
 
 // notifyPair makes the socketpair over which the exec stage sends its

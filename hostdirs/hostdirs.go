@@ -89,10 +89,11 @@ func InWorkspace(ws string, dirs []string) ([]string, error) {
 		if d == "" {
 			continue
 		}
-		d, err := filepath.Abs(d)
+		abs, err := filepath.Abs(d)
 		if err != nil {
 			return nil, fmt.Errorf("hutch's directory %s: %w", d, err)
 		}
+		d = abs
 		real, err := resolve(d)
 		if err != nil {
 			return nil, fmt.Errorf("hutch's directory %s: %w", d, err)
@@ -111,14 +112,9 @@ func InWorkspace(ws string, dirs []string) ([]string, error) {
 		if real, err = filepath.EvalSymlinks(d); err != nil {
 			return nil, fmt.Errorf("hutch's directory %s: %w", d, err)
 		}
-		if !within(ws, real) || real == ws {
-			continue
+		if rel, ok := beneath(ws, real); ok {
+			rels = append(rels, rel)
 		}
-		rel, err := filepath.Rel(ws, real)
-		if err != nil {
-			return nil, fmt.Errorf("hutch's directory %s: %w", d, err)
-		}
-		rels = append(rels, rel)
 	}
 	return rels, nil
 }
@@ -146,16 +142,47 @@ func ConfigInWorkspace(ws string, files []string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("configuration file %s: %w", f, err)
 		}
-		if real == ws || !within(ws, real) {
-			continue
+		if rel, ok := beneath(ws, real); ok {
+			rels = append(rels, rel)
 		}
-		rel, err := filepath.Rel(ws, real)
-		if err != nil {
-			return nil, fmt.Errorf("configuration file %s: %w", f, err)
-		}
-		rels = append(rels, rel)
 	}
 	return rels, nil
+}
+
+// WriteFile writes data to path, in one of hutch's directories, atomically:
+// a private (0600) temporary file beside it is renamed over it, so that a
+// concurrent reader sees the old contents or the new, never a part. The
+// directory is created (0700) when missing.
+func WriteFile(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".tmp-*") // 0600
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // a no-op after the rename
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// beneath returns path relative to root when it lies strictly beneath it
+// (both clean and absolute).
+func beneath(root, path string) (string, bool) {
+	if path == root || !within(root, path) {
+		return "", false
+	}
+	if root == "/" {
+		return path[1:], true
+	}
+	return path[len(root)+1:], true
 }
 
 // within reports whether path is root or lies beneath it (both clean and

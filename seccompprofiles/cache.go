@@ -183,7 +183,7 @@ func (c *Cache) Compile(ctx context.Context, p *Profile, opts Options) (f *Filte
 	log.DebugContext(ctx, "seccomp filter compiled", "key", key, "instructions", f.Instructions(),
 		"notify", f.Notify, "cached", path != "")
 	if path != "" {
-		if err := writeEntry(c.Dir, path, key, f); err != nil {
+		if err := writeEntry(path, key, f); err != nil {
 			log.DebugContext(ctx, "seccomp filter cache not written", "path", path, "error", err)
 		}
 	}
@@ -216,31 +216,10 @@ func readEntry(path, key string) (*Filter, error) {
 	return e.filter()
 }
 
-// writeEntry writes atomically: a private temporary file renamed over the
-// entry.
-func writeEntry(dir, path, key string, f *Filter) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
+func writeEntry(path, key string, f *Filter) error {
 	data, err := json.Marshal(newCacheEntry(key, f))
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".tmp-"+key[:16]+"-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return hostdirs.WriteFile(path, data)
 }
