@@ -452,12 +452,6 @@ func v1Writable(mounts []mountEntry, own map[string]string) bool {
 	return ok && writable(filepath.Join(m.point, relToMount(own["memory"], m.root))) == nil
 }
 
-func sameDir(a, b string) bool {
-	ra, err1 := filepath.EvalSymlinks(a)
-	rb, err2 := filepath.EvalSymlinks(b)
-	return err1 == nil && err2 == nil && ra == rb
-}
-
 // ownIsHutchLeaf reports whether this process already sits in a leaf hutch
 // made for it (it moved itself there for an earlier sandbox): the cgroup
 // above is then hutch's own, scope or not.

@@ -196,6 +196,7 @@ next:
 	return "", fmt.Errorf("no directory to build the sandbox's root on: every one of %v is missing or inside a bind source; choose a workspace elsewhere", stageCandidates)
 }
 
+// addHostEntry binds a host directory or file read-only, or recreates a
 // symlink, at target. Missing entries are skipped.
 func addHostEntry(p *Plan, src, target, why string) error {
 	fi, err := os.Lstat(src)

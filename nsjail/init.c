@@ -1012,16 +1012,21 @@ static uint32_t hint_prefix(const struct hutch_plan *p) {
 	return p->nsteps;
 }
 
+// dotdot reports whether path has a ".." component.
+static int dotdot(const char *path) {
+	size_t n = strlen(path);
+	return strcmp(path, "..") == 0 || strncmp(path, "../", 3) == 0 || strstr(path, "/../") != NULL ||
+	       (n >= 3 && strcmp(path + n - 3, "/..") == 0);
+}
+
 // beneath reports whether path is dir or lies beneath it, without "..".
 static int beneath(const char *path, const char *dir) {
 	size_t n = strlen(dir);
-	if (strncmp(path, dir, n) != 0 || (path[n] != '/' && path[n] != 0))
-		return 0;
-	return strstr(path, "/../") == NULL && (strlen(path) < 3 || strcmp(path + strlen(path) - 3, "/..") != 0);
+	return strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == 0) && !dotdot(path);
 }
 
 static int hint_plausible(const struct hutch_plan *p) {
-	if (p->stage[0] != '/' || strcmp(p->stage, "/") == 0 || !beneath(p->stage, p->stage))
+	if (p->stage[0] != '/' || strcmp(p->stage, "/") == 0 || dotdot(p->stage))
 		return 0;
 	for (uint32_t i = 0; i < p->nsteps; i++)
 		if (p->steps[i].target[0] != '/' || !beneath(p->steps[i].staged, p->stage))
@@ -1079,8 +1084,7 @@ __attribute__((noreturn)) static void init_main(long entered, int with_hint) {
 
 	// What needs no policy happens while the supervisor's runtime starts.
 	long t0 = hutch_now_usec();
-	if (loopback_up(in.net_err, sizeof in.net_err) < 0 && !in.net_err[0])
-		snprintf(in.net_err, sizeof in.net_err, "bring up loopback");
+	loopback_up(in.net_err, sizeof in.net_err); // reported once the setup arrives
 	if (with_hint)
 		speculate();
 	long early = hutch_now_usec() - t0;

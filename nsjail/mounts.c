@@ -489,7 +489,7 @@ void hutch_mounts_abandon(struct hutch_mounts *m, const struct hutch_plan *p) {
 int hutch_mounts_execute(const struct hutch_plan *p, hutch_mark_fn mark, char *err, size_t errlen) {
 	struct hutch_mounts m;
 	if (hutch_mounts_begin(&m, p, mark, err, errlen) < 0) {
-		mounts_close(&m, p);
+		hutch_mounts_abandon(&m, p);
 		return -1;
 	}
 	return hutch_mounts_finish(&m, p, mark);

@@ -592,9 +592,7 @@ func TestOwnDirsHidden(t *testing.T) {
 	if before == "" {
 		t.Fatalf("no seccomp cache written to %s: the test would prove nothing", seccompDir)
 	}
-	name := fmt.Sprintf("t%d", time.Now().UnixNano()%1e9)
-	mustCode(t, hutch(t, o, "session", "start", "--name", name), 0)
-	t.Cleanup(func() { hutch(t, o, "session", "stop", name) })
+	name := startSessionWith(t, o)
 
 	script := `
 mkdir -p .cache/hutch/seccomp 2>/dev/null && echo WROTE .cache/hutch/seccomp

@@ -17,13 +17,20 @@ import (
 // startSession starts a session in ws and registers its teardown.
 func startSession(t *testing.T, ws string, args ...string) string {
 	t.Helper()
+	return startSessionWith(t, opts{dir: ws}, args...)
+}
+
+// startSessionWith starts a session with o (its environment too) and stops
+// it at the test's end.
+func startSessionWith(t *testing.T, o opts, args ...string) string {
+	t.Helper()
 	name := fmt.Sprintf("t%d", time.Now().UnixNano()%1e9)
-	r := hutch(t, opts{dir: ws}, append([]string{"session", "start", "--name", name}, args...)...)
+	r := hutch(t, o, append([]string{"session", "start", "--name", name}, args...)...)
 	mustCode(t, r, 0)
 	if strings.TrimSpace(r.stdout) != name {
 		t.Fatalf("session start printed %q, want %q", r.stdout, name)
 	}
-	t.Cleanup(func() { hutch(t, opts{dir: ws}, "session", "stop", name) })
+	t.Cleanup(func() { hutch(t, o, "session", "stop", name) })
 	return name
 }
 

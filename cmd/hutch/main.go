@@ -298,13 +298,15 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return &exitError{hutch.ExitSetup, "hutch: cannot set up the sandbox: " + err.Error()}
 			}
+			timing := func(name string, d time.Duration) {
+				fmt.Fprintf(os.Stderr, "hutch: timing %-22s %8.3f ms\n", name, float64(d)/1e6)
+			}
 			if c.Bool("debug") && pre != nil {
-				started := time.Duration(pre.Forked.Nano())
-				fmt.Fprintf(os.Stderr, "hutch: timing %-22s %8.3f ms\n", "process.runtime", float64(mainStarted-started)/1e6)
-				fmt.Fprintf(os.Stderr, "hutch: timing %-22s %8.3f ms\n", "process.cli", float64(cliDone-mainStarted)/1e6)
+				timing("process.runtime", mainStarted-time.Duration(pre.Forked.Nano()))
+				timing("process.cli", cliDone-mainStarted)
 			}
 			for _, t := range res.Timing {
-				fmt.Fprintf(os.Stderr, "hutch: timing %-22s %8.3f ms\n", t.Name, float64(t.Usec)/1000)
+				timing(t.Name, time.Duration(t.Usec)*time.Microsecond)
 			}
 			for _, m := range append(res.Messages, res.Warnings...) {
 				fmt.Fprintln(os.Stderr, m)
