@@ -5,6 +5,7 @@
 GO        ?= go
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 BIN       := bin/hutch
+MCP_IMAGE := cmd/hutch/mcpimage/hutch-mcp.gz
 export CGO_ENABLED := 1
 export GOFLAGS    := -mod=mod
 # A static binary: glibc and libseccomp linked in, no runtime dependencies.
@@ -25,9 +26,16 @@ deps-test:
 	@sh scripts/deps.sh $(DEB_BUILD) $(DEB_TEST)
 	@command -v npm >/dev/null || sh scripts/deps.sh npm
 
+# Two links: a hutch with the MCP server (the official SDK, ~50 packages that
+# every process would initialise at start) is compressed into MCP_IMAGE, and
+# the hutch that users run carries it (tag mcpimage) and executes it from
+# memory for `hutch mcp` only (cmd/hutch/mcp_image.go). `go build ./cmd/hutch`
+# alone makes a working hutch with the server linked in.
 $(BIN): deps $(shell find . -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.json' | grep -v '^./test/') go.mod
-	@mkdir -p bin
-	$(GO) build -trimpath -tags $(BUILD_TAGS) -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/hutch
+	@mkdir -p bin $(dir $(MCP_IMAGE))
+	$(GO) build -trimpath -tags $(BUILD_TAGS) -ldflags '$(LDFLAGS)' -o bin/.hutch-mcp ./cmd/hutch
+	gzip -9 -n -c bin/.hutch-mcp > $(MCP_IMAGE).tmp && mv $(MCP_IMAGE).tmp $(MCP_IMAGE) && rm bin/.hutch-mcp
+	$(GO) build -trimpath -tags $(BUILD_TAGS),mcpimage -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/hutch
 
 build: $(BIN)
 
@@ -38,8 +46,9 @@ demo: build
 	  grep -E "^(CapEff|CapBnd|NoNewPrivs|Seccomp):" /proc/self/status; \
 	  ls /; touch /usr/x 2>&1 || true; cat /etc/shadow 2>&1 || true'
 
-vet:
+vet: build
 	$(GO) vet ./...
+	$(GO) vet -tags mcpimage ./cmd/hutch
 
 fmt:
 	@test -z "$$(gofmt -l . | grep -v '^test/vm/cache' )" || { gofmt -l .; echo "gofmt needed"; exit 1; }
@@ -74,4 +83,4 @@ bench: build deps-test
 	bash bench/run.sh
 
 clean:
-	rm -rf bin
+	rm -rf bin $(dir $(MCP_IMAGE))

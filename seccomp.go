@@ -92,8 +92,10 @@ func fastFilterPath(raw []byte, watch bool) string {
 		h.Write(u.Release[:])
 		h.Write(u.Version[:])
 	}
+	// /proc/self/exe, not the name: the MCP server image runs from a
+	// memfd, dated like the binary that carried it (cmd/hutch/mcp_image.go).
 	if exe, err := os.Executable(); err == nil {
-		if fi, err := os.Stat(exe); err == nil {
+		if fi, err := os.Stat("/proc/self/exe"); err == nil {
 			fmt.Fprintf(h, "\x00%s\x00%d\x00%d", exe, fi.Size(), fi.ModTime().UnixNano())
 		}
 	}

@@ -1,3 +1,5 @@
+//go:build !mcpimage
+
 package main
 
 import (
