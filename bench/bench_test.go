@@ -391,6 +391,34 @@ func BenchmarkGoAPISessionExecTrue(b *testing.B) {
 	}
 }
 
+// BenchmarkGoAPISessionExecShTrue: Session.Exec of `/bin/sh -c /bin/true`
+// (run_command's shape) with output to /dev/null, in a warm session.
+// Against HostShTrue it is the sandbox's share of an MCP call; against
+// AgentRunCommand, the output capture's.
+func BenchmarkGoAPISessionExecShTrue(b *testing.B) {
+	e := setup()
+	e.needHutch(b)
+	e.needUnprivileged(b)
+	null := devNull(b)
+	ctx := context.Background()
+	sess, err := hutch.NewSession(ctx, &hutch.SessionOptions{Policy: apiPolicy(b, e, policy.NetProxy), HostEnv: os.Environ(), Executable: e.bin})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sess.Close()
+	o := &hutch.ExecOptions{Argv: []string{"/bin/sh", "-c", "/bin/true"}, Stdin: null, Stdout: null, Stderr: null}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		res, err := sess.Exec(ctx, o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.ExitCode != 0 {
+			b.Fatalf("exit %d: %v", res.ExitCode, res.Messages)
+		}
+	}
+}
+
 // BenchmarkGoAPILifecycle: a fresh sandbox per op through the Go API, split
 // into phases reported as extra metrics (ms/op each): start (NewSession:
 // plan, clone into seven namespaces, exec and Go runtime start of the init,

@@ -3,9 +3,12 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 
@@ -120,4 +123,55 @@ func BenchmarkMCPProtocol(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkMCPServerRaw prices the server's side of a run_command call: a
+// client that writes the request line and reads the answer line over real
+// pipes (as over stdio), against the tool alone (its output pipes and
+// readers), both with an executor that runs nothing. raw - tool is what
+// the SDK's server costs per call.
+func BenchmarkMCPServerRaw(b *testing.B) {
+	ctx := context.Background()
+	tool := &agent.Tool{Exec: writeExec{}}
+	b.Run("tool", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if _, err := tool.RunCommand(ctx, agent.RunCommandInput{Command: "/bin/true"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("raw", func(b *testing.B) {
+		lg := slog.New(slog.DiscardHandler)
+		srv, err := newMCPServer(ctx, tool, policy.Default(), agent.DefaultMaxOutput, lg, lg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		inR, inW, _ := os.Pipe()
+		outR, outW, _ := os.Pipe()
+		defer inW.Close()
+		ss, err := srv.Connect(ctx, &mcp.IOTransport{Reader: inR, Writer: outW}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ss.Close()
+		lines := bufio.NewReader(outR)
+		call := func(req string) {
+			if _, err := inW.WriteString(req + "\n"); err != nil {
+				b.Fatal(err)
+			}
+			if !strings.Contains(req, `"id"`) {
+				return
+			}
+			line, err := lines.ReadBytes('\n')
+			if err != nil || bytes.Contains(line, []byte(`"error"`)) || bytes.Contains(line, []byte(`"isError":true`)) {
+				b.Fatalf("%s: %s, %v", req, line, err)
+			}
+		}
+		call(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"b","version":"0"}}}`)
+		call(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			call(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_command","arguments":{"command":"/bin/true"}}}`)
+		}
+	})
 }
