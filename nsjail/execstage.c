@@ -264,7 +264,9 @@ __attribute__((noreturn)) static void reaper(const char *file, char **cargv) {
 		fail(125, errno, "fork the command");
 	if (pid == 0) {
 		sigprocmask(SIG_SETMASK, &old, NULL);
-		setsid();
+		// Its own process group (the reaper relays signals to it), in
+		// the sandbox's session, which has no controlling terminal.
+		setpgid(0, 0);
 		execvpe(file, cargv, environ);
 		int e = errno;
 		fail((e == ENOENT || e == ENOTDIR) ? 127 : 126, e, "execute the command");

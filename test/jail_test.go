@@ -14,13 +14,14 @@ import (
 )
 
 // The command runs as uid 1000 with every capability set empty and
-// no_new_privs, in its own session without a controlling terminal.
+// no_new_privs, leading its own process group in the sandbox's session
+// (the init's), which has no controlling terminal.
 func TestIdentityAndPrivileges(t *testing.T) {
 	ws := userDir(t)
-	r := sandboxSh(t, ws, `id -u; id -g; grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status; ps -o sid= -p $$; ps -o pid= -p $$; cat /proc/self/stat | cut -d' ' -f7; grep -E '^(SigIgn|SigBlk):' /proc/self/status`)
+	r := sandboxSh(t, ws, `id -u; id -g; grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status; ps -o sid=,pgid=,pid= -p $$; cat /proc/self/stat | cut -d' ' -f7; grep -E '^(SigIgn|SigBlk):' /proc/self/status`)
 	mustCode(t, r, 0)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if len(lines) < 10 {
+	if len(lines) < 9 {
 		t.Fatalf("short output:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 	}
 	if lines[0] != "1000" || lines[1] != "1000" {
@@ -35,11 +36,11 @@ func TestIdentityAndPrivileges(t *testing.T) {
 	if strings.Fields(lines[7])[1] != "1" {
 		t.Errorf("NoNewPrivs: %q, want 1", lines[7])
 	}
-	if strings.TrimSpace(lines[8]) != strings.TrimSpace(lines[9]) {
-		t.Errorf("the shell is not a session leader: sid %s pid %s", lines[8], lines[9])
+	if f := strings.Fields(lines[8]); len(f) != 3 || f[0] != "1" || f[1] != f[2] {
+		t.Errorf("sid pgid pid of the shell: %q; want the init's session (1) and a process group of its own", lines[8])
 	}
-	if strings.TrimSpace(lines[10]) != "0" {
-		t.Errorf("tty_nr = %s, want 0 (no controlling terminal)", lines[10])
+	if strings.TrimSpace(lines[9]) != "0" {
+		t.Errorf("tty_nr = %s, want 0 (no controlling terminal)", lines[9])
 	}
 	// The init ignores signals; the command must not inherit that.
 	if !strings.Contains(r.stdout, "SigBlk:\t0000000000000000") || !strings.Contains(r.stdout, "SigIgn:\t0000000000000000") {
