@@ -364,30 +364,8 @@ func BenchmarkGoAPIRunTrue(b *testing.B) {
 // per-command hardening (the exec stage: nested user namespace, no
 // capabilities, Landlock, seccomp).
 func BenchmarkGoAPISessionExecTrue(b *testing.B) {
-	e := setup()
-	e.needHutch(b)
-	e.needUnprivileged(b)
-	null := devNull(b)
 	for _, net := range []string{policy.NetProxy, policy.NetNone} {
-		b.Run("net="+net, func(b *testing.B) {
-			ctx := context.Background()
-			sess, err := hutch.NewSession(ctx, &hutch.SessionOptions{Policy: apiPolicy(b, e, net), HostEnv: os.Environ(), Executable: e.bin})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer sess.Close()
-			o := &hutch.ExecOptions{Argv: []string{"/bin/true"}, Stdin: null, Stdout: null, Stderr: null}
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				res, err := sess.Exec(ctx, o)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if res.ExitCode != 0 {
-					b.Fatalf("exit %d: %v", res.ExitCode, res.Messages)
-				}
-			}
-		})
+		b.Run("net="+net, func(b *testing.B) { benchSessionExec(b, net, "/bin/true") })
 	}
 }
 
@@ -396,17 +374,23 @@ func BenchmarkGoAPISessionExecTrue(b *testing.B) {
 // Against HostShTrue it is the sandbox's share of an MCP call; against
 // AgentRunCommand, the output capture's.
 func BenchmarkGoAPISessionExecShTrue(b *testing.B) {
+	benchSessionExec(b, policy.NetProxy, "/bin/sh", "-c", "/bin/true")
+}
+
+// benchSessionExec times Session.Exec of argv (stdio /dev/null) in one
+// warm session with network mode net.
+func benchSessionExec(b *testing.B, net string, argv ...string) {
 	e := setup()
 	e.needHutch(b)
 	e.needUnprivileged(b)
 	null := devNull(b)
 	ctx := context.Background()
-	sess, err := hutch.NewSession(ctx, &hutch.SessionOptions{Policy: apiPolicy(b, e, policy.NetProxy), HostEnv: os.Environ(), Executable: e.bin})
+	sess, err := hutch.NewSession(ctx, &hutch.SessionOptions{Policy: apiPolicy(b, e, net), HostEnv: os.Environ(), Executable: e.bin})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer sess.Close()
-	o := &hutch.ExecOptions{Argv: []string{"/bin/sh", "-c", "/bin/true"}, Stdin: null, Stdout: null, Stderr: null}
+	o := &hutch.ExecOptions{Argv: argv, Stdin: null, Stdout: null, Stderr: null}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		res, err := sess.Exec(ctx, o)
