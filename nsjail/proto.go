@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -323,13 +324,37 @@ func decode(b []byte) (*message, error) {
 	return m, nil
 }
 
-// conn is one end of the control socket.
+// conn is one end of the control socket. Its descriptor is non-blocking
+// and registered with the Go runtime's poller: the dispatch goroutine waits
+// for the init's next message parked, not in a blocking recvmsg that would
+// hold an OS thread in a system call between every two messages (which
+// keeps the runtime's monitor thread polling and hands processors between
+// threads as the call blocks and returns).
 type conn struct {
 	f  *os.File
-	fd int
+	rc syscall.RawConn
 }
 
-func newConn(f *os.File) *conn { return &conn{f: f, fd: int(f.Fd())} }
+// newConn takes over f, the supervisor's end of the control socket.
+func newConn(f *os.File) (*conn, error) {
+	// f.Fd would make a pollable file blocking again: work on a duplicate.
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return nil, fmt.Errorf("duplicate the control socket: %w", err)
+	}
+	f.Close()
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("make the control socket non-blocking: %w", err)
+	}
+	nf := os.NewFile(uintptr(fd), "hutch-control")
+	rc, err := nf.SyscallConn()
+	if err != nil {
+		nf.Close()
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	return &conn{f: nf, rc: rc}, nil
+}
 
 // send writes one message with optional file descriptors.
 func (c *conn) send(m *message, fds ...int) error {
@@ -341,11 +366,16 @@ func (c *conn) send(m *message, fds ...int) error {
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
 	}
-	for {
-		err = unix.Sendmsg(c.fd, b, oob, nil, 0)
-		if err != unix.EINTR {
-			break
+	werr := c.rc.Write(func(fd uintptr) bool {
+		for {
+			err = unix.Sendmsg(int(fd), b, oob, nil, 0)
+			if err != unix.EINTR {
+				return err != unix.EAGAIN
+			}
 		}
+	})
+	if err == nil {
+		err = werr
 	}
 	if err != nil {
 		return fmt.Errorf("send control message %d: %w", m.Op, err)
@@ -362,11 +392,16 @@ func (c *conn) recv() (*message, []int, error) {
 	oob := make([]byte, unix.CmsgSpace(8*4))
 	var n, oobn int
 	var err error
-	for {
-		n, oobn, _, _, err = unix.Recvmsg(c.fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if err != unix.EINTR {
-			break
+	rerr := c.rc.Read(func(fd uintptr) bool {
+		for {
+			n, oobn, _, _, err = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+			if err != unix.EINTR {
+				return err != unix.EAGAIN
+			}
 		}
+	})
+	if err == nil {
+		err = rerr
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("receive control message: %w", err)

@@ -224,7 +224,11 @@ func Launch(cfg *Config) (*Sandbox, error) {
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = cfg.CgroupFD
 	}
-	s := newSandbox(parent, cfg)
+	s, err := newSandbox(parent, cfg)
+	if err != nil {
+		child.Close()
+		return nil, &SetupError{"control socket", err}
+	}
 	// The parent-death signal fires when the thread that forked the init
 	// exits, so that thread stays locked and alive for the sandbox's life.
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &s.forked)
@@ -250,16 +254,20 @@ func Launch(cfg *Config) (*Sandbox, error) {
 }
 
 // newSandbox is a Sandbox talking to an init over ctrl, not launched yet.
-func newSandbox(ctrl *os.File, cfg *Config) *Sandbox {
+func newSandbox(ctrl *os.File, cfg *Config) (*Sandbox, error) {
+	c, err := newConn(ctrl)
+	if err != nil {
+		return nil, err
+	}
 	return &Sandbox{
-		ctrl:         newConn(ctrl),
+		ctrl:         c,
 		afterStart:   cfg.AfterStart,
 		launched:     make(chan struct{}),
 		initDone:     make(chan struct{}),
 		release:      make(chan struct{}),
 		procs:        map[uint64]*Process{},
 		spawnerReply: make(chan *message, 1),
-	}
+	}, nil
 }
 
 // adopt makes a Sandbox of a prestarted init: it joins its cgroup (a
@@ -283,7 +291,10 @@ func adopt(cfg *Config, pre *Prestarted) (*Sandbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("find the prestarted init: %w", err)
 	}
-	s := newSandbox(pre.Control, cfg)
+	s, err := newSandbox(pre.Control, cfg)
+	if err != nil {
+		return nil, err
+	}
 	s.initPid, s.initProc, s.forked = pre.Pid, proc, pre.Forked
 	pre.Control = nil // the Sandbox owns it now
 	close(s.launched)
