@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net"
 	"os"
@@ -15,10 +16,9 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/hutchsandbox/hutch/egress"
 	"github.com/hutchsandbox/hutch/hostdirs"
+	"github.com/hutchsandbox/hutch/internal/pollwait"
 	"github.com/hutchsandbox/hutch/nsjail"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seclog"
@@ -138,8 +138,17 @@ func startEgress(ctx context.Context, p *policy.Policy, workspace string, files 
 
 // waitForTraffic blocks until a connection or datagram is pending on one of
 // the proxy's sockets (true) or ctx ends (false). It does not consume it.
+// Each socket is watched, through a duplicate of its descriptor, by a
+// goroutine parked in the runtime's poller (pollwait), not by a thread in
+// poll(2) for the sandbox's whole life.
 func waitForTraffic(ctx context.Context, socks ...any) bool {
-	var fds []unix.PollFd
+	var watched []*os.File
+	defer func() {
+		for _, f := range watched {
+			f.Close()
+		}
+	}()
+	var rcs []syscall.RawConn
 	for _, s := range socks {
 		sc, ok := s.(syscall.Conn)
 		if !ok {
@@ -149,31 +158,38 @@ func waitForTraffic(ctx context.Context, socks ...any) bool {
 		if err != nil {
 			return true
 		}
-		raw.Control(func(fd uintptr) { fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}) })
-	}
-	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return true
-	}
-	defer unix.Close(wake)
-	stop := context.AfterFunc(ctx, func() { unix.Write(wake, []byte{1, 0, 0, 0, 0, 0, 0, 0}) })
-	defer stop()
-	fds = append(fds, unix.PollFd{Fd: int32(wake), Events: unix.POLLIN})
-	for {
-		n, err := unix.Poll(fds, -1)
-		if err == unix.EINTR {
-			continue
+		var f *os.File
+		var pollable bool
+		if cerr := raw.Control(func(fd uintptr) { f, pollable, err = pollwait.File(int(fd), "proxy socket") }); cerr != nil || err != nil || !pollable {
+			return true // start the proxy now
 		}
+		watched = append(watched, f)
+		rc, err := f.SyscallConn()
 		if err != nil {
 			return true
 		}
-		if fds[len(fds)-1].Revents != 0 || ctx.Err() != nil {
-			return false
-		}
-		if n > 0 {
-			return true
-		}
+		rcs = append(rcs, rc)
 	}
+	ready := make(chan bool, len(rcs))
+	for _, rc := range rcs {
+		go func() {
+			_, err := pollwait.Readable(rc)
+			ready <- !errors.Is(err, os.ErrDeadlineExceeded) // an error: start the proxy, which reports it
+		}()
+	}
+	got, pending := false, len(rcs)
+	select {
+	case got = <-ready:
+		pending--
+	case <-ctx.Done():
+	}
+	for _, f := range watched {
+		_ = f.SetReadDeadline(time.Unix(1, 0)) // wake the other watchers
+	}
+	for ; pending > 0; pending-- {
+		<-ready
+	}
+	return got && ctx.Err() == nil
 }
 
 // stop ends the proxy and waits for its connections to close.

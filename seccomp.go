@@ -145,6 +145,12 @@ func notifyPair() (mine, child *os.File, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("seccomp notification socket: %w", err)
 	}
+	// Our end is read through the runtime's poller (serveSeccomp).
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, fmt.Errorf("seccomp notification socket: %w", err)
+	}
 	return os.NewFile(uintptr(fds[0]), "seccomp-notify"), os.NewFile(uintptr(fds[1]), "seccomp-notify-child"), nil
 }
 
@@ -159,13 +165,20 @@ func serveSeccomp(ctx context.Context, sock *os.File, f *seccompprofiles.Filter,
 	oob := make([]byte, unix.CmsgSpace(4))
 	var oobn int
 	var err error
-	for {
-		_, oobn, _, _, err = unix.Recvmsg(int(sock.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if err != unix.EINTR {
-			break
-		}
+	rc, rerr := sock.SyscallConn()
+	if rerr == nil {
+		// Parked until the exec stage sends its listener (or fails and
+		// the socket ends), not holding a thread in recvmsg.
+		rerr = rc.Read(func(fd uintptr) bool {
+			for {
+				_, oobn, _, _, err = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+				if err != unix.EINTR {
+					return err != unix.EAGAIN
+				}
+			}
+		})
 	}
-	if err != nil || oobn == 0 {
+	if rerr != nil || err != nil || oobn == 0 {
 		return // the exec stage failed before loading the filter, or had none
 	}
 	scms, err := unix.ParseSocketControlMessage(oob[:oobn])

@@ -107,7 +107,6 @@ type Sandbox struct {
 
 	initDone chan struct{}
 	release  chan struct{}
-	initErr  error
 	// forked is when the init was forked (CLOCK_MONOTONIC), for timings.
 	forked unix.Timespec
 	// launched is closed when the init's exec succeeded (initPid set) or
@@ -245,7 +244,7 @@ func Launch(cfg *Config) (*Sandbox, error) {
 		s.initPid = cmd.Process.Pid
 		s.initProc = cmd.Process
 		close(s.launched)
-		s.initErr = cmd.Wait()
+		_ = cmd.Wait()
 		close(s.initDone)
 		<-s.release
 		runtime.UnlockOSThread()
@@ -299,14 +298,41 @@ func adopt(cfg *Config, pre *Prestarted) (*Sandbox, error) {
 	pre.Control = nil // the Sandbox owns it now
 	close(s.launched)
 	go func() {
-		st, err := proc.Wait()
-		if err == nil && !st.Success() {
-			err = &exec.ExitError{ProcessState: st}
-		}
-		s.initErr = err
+		reap(proc, pre.Pid)
 		close(s.initDone)
 	}()
 	return s, nil
+}
+
+// reap waits for the prestarted init (our child), pid, to exit and reaps
+// it. It waits on a pidfd in the runtime's poller, parked: proc.Wait would
+// hold a thread in waitid for the sandbox's whole life. Where that fails
+// (no pidfd, not pollable) it falls back to proc.Wait.
+func reap(proc *os.Process, pid int) {
+	if pfd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK); err == nil {
+		f := os.NewFile(uintptr(pfd), "init pidfd")
+		defer f.Close()
+		if rc, err := f.SyscallConn(); err == nil {
+			var werr error
+			rerr := rc.Read(func(fd uintptr) bool {
+				for {
+					var info unix.Siginfo
+					werr = unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG, nil)
+					switch {
+					case werr == unix.EINTR:
+						continue
+					case werr == unix.EAGAIN || (werr == nil && info.Signo == 0):
+						return false // still running: wait for the pidfd to be readable
+					}
+					return true
+				}
+			})
+			if rerr == nil && werr == nil {
+				return
+			}
+		}
+	}
+	_, _ = proc.Wait()
 }
 
 // Configure has the launched init build the sandbox from setup (root

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
 	seccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
+
+	"github.com/hutchsandbox/hutch/internal/pollwait"
 )
 
 // Notification is one notified syscall, as the supervisor received it.
@@ -72,41 +75,21 @@ func serve(ctx context.Context, fd int, f *Filter, watch func(Notification, MemR
 	if f == nil {
 		return errors.New("seccomp notify: nil filter")
 	}
-	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	wait, stop, err := listenerWaiter(ctx, fd)
 	if err != nil {
-		return fmt.Errorf("seccomp notify: eventfd: %w", err)
+		return err
 	}
-	defer unix.Close(wake)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		select {
-		case <-ctx.Done():
-			var one [8]byte
-			nativeEndian.PutUint64(one[:], 1)
-			_, _ = unix.Write(wake, one[:])
-		case <-done:
-		}
-	}()
-	defer wg.Wait()
-	defer close(done)
+	defer stop()
 
 	native := nativeArch()
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(wake), Events: unix.POLLIN}}
 	for {
-		fds[0].Revents, fds[1].Revents = 0, 0
-		if _, err := unix.Poll(fds, -1); err != nil {
-			if err == unix.EINTR {
-				continue
+		rev, err := wait()
+		if err != nil || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
-			return fmt.Errorf("seccomp notify: poll: %w", err)
+			return err
 		}
-		if fds[1].Revents != 0 || ctx.Err() != nil {
-			return ctx.Err()
-		}
-		rev := fds[0].Revents
 		if rev&unix.POLLNVAL != 0 {
 			return fmt.Errorf("seccomp notify: listener fd %d is not open", fd)
 		}
@@ -119,9 +102,10 @@ func serve(ctx context.Context, fd int, f *Filter, watch func(Notification, MemR
 		var req seccompNotif
 		if err := ioctlPtr(fd, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&req)); err != nil {
 			switch err {
-			case unix.EINTR, unix.ENOENT:
+			case unix.EINTR, unix.ENOENT, unix.EAGAIN:
 				// ENOENT: the caller died, or was interrupted by a
-				// signal, before we received it.
+				// signal, before we received it. EAGAIN: a kernel that
+				// honours the non-blocking listener, and nothing left.
 				continue
 			}
 			return fmt.Errorf("seccomp notify: receive: %w", err)
@@ -162,6 +146,73 @@ func serve(ctx context.Context, fd int, f *Filter, watch func(Notification, MemR
 			}
 		}
 	}
+}
+
+// listenerWaiter returns wait, which blocks until the listener fd is
+// readable or hung up (its poll revents) or ctx ends, and stop, which
+// releases what wait uses. It parks the goroutine in the runtime's poller
+// (pollwait), and falls back to poll(2) with an eventfd for ctx where the
+// listener cannot be registered there.
+func listenerWaiter(ctx context.Context, fd int) (wait func() (int16, error), stop func(), err error) {
+	f, ok, err := pollwait.File(fd, "seccomp listener")
+	if err != nil {
+		return nil, nil, fmt.Errorf("seccomp notify: %w", err)
+	}
+	if ok {
+		rc, err := f.SyscallConn()
+		if err != nil {
+			f.Close()
+			return nil, nil, fmt.Errorf("seccomp notify: %w", err)
+		}
+		// A deadline in the past wakes a parked wait when ctx ends.
+		unhook := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Unix(1, 0)) })
+		wait = func() (int16, error) {
+			rev, err := pollwait.Readable(rc)
+			if err != nil {
+				return 0, fmt.Errorf("seccomp notify: wait: %w", err)
+			}
+			return rev, nil
+		}
+		return wait, func() { unhook(); f.Close() }, nil
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, nil, fmt.Errorf("seccomp notify: eventfd: %w", err)
+	}
+	var mu sync.Mutex // the wake-up write never meets the close
+	closed := false
+	unhook := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !closed {
+			var one [8]byte
+			nativeEndian.PutUint64(one[:], 1)
+			_, _ = unix.Write(wake, one[:])
+		}
+	})
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(wake), Events: unix.POLLIN}}
+	wait = func() (int16, error) {
+		for {
+			fds[0].Revents, fds[1].Revents = 0, 0
+			if _, err := unix.Poll(fds, -1); err != nil {
+				if err == unix.EINTR {
+					continue
+				}
+				return 0, fmt.Errorf("seccomp notify: poll: %w", err)
+			}
+			if fds[1].Revents != 0 {
+				return 0, context.Canceled
+			}
+			return fds[0].Revents, nil
+		}
+	}
+	return wait, func() {
+		unhook()
+		mu.Lock()
+		closed = true
+		unix.Close(wake)
+		mu.Unlock()
+	}, nil
 }
 
 func ioctlPtr(fd int, req uint, arg unsafe.Pointer) error {
