@@ -58,9 +58,37 @@ func diagnoseClone(err error) error {
 	}
 	switch {
 	case errors.Is(err, unix.ENOSPC):
-		return fmt.Errorf("the namespace limit is reached (user.max_user_namespaces or max_pid_namespaces); raise it or end other sandboxes: %w", err)
+		return fmt.Errorf("%s: %w", namespaceLimitAdvice(), err)
 	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
 		return fmt.Errorf("the kernel refused to create user namespaces (a security module or container runtime may forbid it; run `hutch doctor`): %w", err)
 	}
 	return err
+}
+
+// namespaceLimitAdvice explains an ENOSPC from creating namespaces: the
+// user.max_*_namespaces limits that are zero here (that kind of namespace
+// is disabled), or, none being zero, that one of them is reached.
+func namespaceLimitAdvice() string {
+	var zero []string
+	for _, kind := range []string{"user", "mnt", "pid", "net", "ipc", "uts", "cgroup"} {
+		name := "user.max_" + kind + "_namespaces"
+		if v, ok := readSysctl("/proc/sys/user/max_" + kind + "_namespaces"); ok && v == "0" {
+			zero = append(zero, name)
+		}
+	}
+	if len(zero) > 0 {
+		return fmt.Sprintf("%s = 0 here, which forbids creating that kind of namespace; hutch needs all seven kinds: raise it, e.g. sudo sysctl -w %s=10000",
+			strings.Join(zero, ", "), zero[0])
+	}
+	return "a namespace limit is reached (user.max_user_namespaces or max_mnt, max_pid, max_net, max_ipc, max_uts, max_cgroup_namespaces under /proc/sys/user); raise it, or end other sandboxes"
+}
+
+// diagnoseInitFailure adds advice to a failure the init reported: an
+// ENOSPC from creating its namespaces (a prestarted init makes five of
+// them itself, after the clone) is a namespace limit.
+func diagnoseInitFailure(msg string) string {
+	if strings.Contains(msg, "namespace") && strings.HasSuffix(msg, unix.ENOSPC.Error()) {
+		return msg + ": " + namespaceLimitAdvice()
+	}
+	return msg
 }

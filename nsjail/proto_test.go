@@ -213,3 +213,21 @@ func FuzzDecode(f *testing.F) {
 		_, _ = decode(b)
 	})
 }
+
+// An init's failure gets namespace-limit advice only when it is an ENOSPC
+// from making namespaces; other failures pass unchanged.
+func TestDiagnoseInitFailure(t *testing.T) {
+	plain := "start the sandbox's init: write /proc/self/uid_map: operation not permitted"
+	if got := diagnoseInitFailure(plain); got != plain {
+		t.Errorf("diagnoseInitFailure(%q) = %q, want it unchanged", plain, got)
+	}
+	full := "build: no space left on device"
+	if got := diagnoseInitFailure(full); got != full {
+		t.Errorf("an ENOSPC that is not about namespaces got advice: %q", got)
+	}
+	ns := "start the sandbox's init: create the mount, network, IPC, UTS and cgroup namespaces: no space left on device"
+	got := diagnoseInitFailure(ns)
+	if !strings.HasPrefix(got, ns+": ") || !strings.Contains(got, "raise it") || !strings.Contains(got, "user.max_") {
+		t.Errorf("diagnoseInitFailure(%q) = %q, want the limit named and how to raise it", ns, got)
+	}
+}

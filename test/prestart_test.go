@@ -274,3 +274,36 @@ func TestPlanHint(t *testing.T) {
 		t.Errorf("a plan hint step wrote %s on the host", pwned)
 	}
 }
+
+// A host whose user.max_net_namespaces is 0 (but that allows user
+// namespaces) fails to make the sandbox in the prestarted init's unshare,
+// after the clone, or in the Go launch's clone: both must name the limit
+// and how to raise it (exit 125). The test sets the limit
+// inside a user namespace of its own, where the test user may.
+func TestNamespaceLimitAdvice(t *testing.T) {
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("unshare (util-linux) not found: cannot lower a namespace limit in a user namespace of the test's own")
+	}
+	ws := userDir(t)
+	for _, prestart := range []string{"", "1"} {
+		cmd := hutchCmd(opts{dir: ws, env: []string{"HUTCH_NO_PRESTART=" + prestart}})
+		cmd.Path = unshare
+		cmd.Args = []string{"unshare", "-U", "-r", "sh", "-c",
+			`echo 0 > /proc/sys/user/max_net_namespaces || exit 99; exec "$0" run -- /bin/true`, hutchBin}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		code := -1
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		if code == 99 {
+			t.Skipf("cannot lower user.max_net_namespaces in a user namespace here: %s", stderr.String())
+		}
+		if code != 125 || !strings.Contains(stderr.String(), "user.max_net_namespaces = 0") ||
+			!strings.Contains(stderr.String(), "sysctl -w user.max_net_namespaces=") {
+			t.Errorf("HUTCH_NO_PRESTART=%q: exit %d, stderr %q; want 125 naming user.max_net_namespaces and the sysctl that raises it", prestart, code, stderr.String())
+		}
+	}
+}
