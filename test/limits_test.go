@@ -192,6 +192,7 @@ func TestDoctor(t *testing.T) {
 		Sandbox     string            `json:"sandbox"`
 		CanSandbox  bool              `json:"can_sandbox"`
 		LandlockABI int               `json:"landlock_abi"`
+		MCPServer   string            `json:"mcp_server"`
 		Areas       map[string]string `json:"areas"`
 		Cgroup      struct {
 			Backend string `json:"backend"`
@@ -200,7 +201,7 @@ func TestDoctor(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatalf("doctor --json: %v\n%s", err, r.stdout)
 	}
-	if !rep.CanSandbox || rep.Sandbox != "ok" || rep.LandlockABI < 1 || rep.Cgroup.Backend == "" {
+	if !rep.CanSandbox || rep.Sandbox != "ok" || rep.LandlockABI < 1 || rep.Cgroup.Backend == "" || rep.MCPServer == "" {
 		t.Errorf("doctor report: %+v", rep)
 	}
 	for _, a := range []string{"FILESYSTEM", "RESOURCES", "NETWORK", "LIFECYCLE"} {

@@ -33,6 +33,7 @@ type doctorReport struct {
 	SeccompNotify  string            `json:"seccomp_notify"`
 	Overlayfs      string            `json:"overlayfs"`
 	TIOCSTI        string            `json:"tiocsti"`
+	MCPServer      string            `json:"mcp_server"`
 	Areas          map[string]string `json:"areas"`
 	CanSandbox     bool              `json:"can_sandbox"`
 }
@@ -146,6 +147,7 @@ func diagnose(ctx context.Context) *doctorReport {
 	default:
 		r.TIOCSTI = "no sysctl (older kernel); the seccomp profile denies it"
 	}
+	r.MCPServer = mcpServerStatus()
 
 	// Per policy area.
 	if !r.CanSandbox {
@@ -208,6 +210,7 @@ func printDoctor(r *doctorReport) {
 	row("seccomp notify", r.SeccompNotify)
 	row("overlayfs", r.Overlayfs)
 	row("TIOCSTI", r.TIOCSTI)
+	row("hutch mcp", r.MCPServer)
 	fmt.Println("\nwhat a sandbox gets here:")
 	for _, a := range []string{"FILESYSTEM", "RESOURCES", "NETWORK", "LIFECYCLE"} {
 		row(a, r.Areas[a])

@@ -31,6 +31,11 @@ import (
 // their request timeout on progress keep long commands alive.
 const mcpProgressEvery = 10 * time.Second
 
+// mcpServerStatus says how `hutch mcp` runs, for hutch doctor.
+func mcpServerStatus() string {
+	return "linked into this binary (built without the mcpimage tag)"
+}
+
 // serveMCP is the action of `hutch mcp` in a binary that links the MCP
 // server in (built without the mcpimage tag; see mcp_image.go for the
 // other kind).

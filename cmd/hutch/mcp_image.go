@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -35,6 +36,17 @@ import (
 //
 //go:embed mcpimage/hutch-mcp.gz
 var mcpImage []byte
+
+// mcpServerStatus says how `hutch mcp` runs, for hutch doctor: from the
+// image in a sealed memfd, which a host with vm.memfd_noexec = 2 refuses.
+func mcpServerStatus() string {
+	const how = "a second image carried by this binary, run from a sealed memfd"
+	b, err := os.ReadFile("/proc/sys/vm/memfd_noexec")
+	if err == nil && strings.TrimSpace(string(b)) == "2" {
+		return how + ", which this host refuses (vm.memfd_noexec = 2): hutch mcp fails here; use a hutch built with `go build ./cmd/hutch`, which links the server in"
+	}
+	return how
+}
 
 func serveMCP(c *cli.Context) error {
 	err := execMCPImage(os.Args, os.Environ())
