@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 	"unsafe"
 
@@ -84,10 +83,10 @@ func serve(ctx context.Context, fd int, f *Filter, watch func(Notification, MemR
 	native := nativeArch()
 	for {
 		rev, err := wait()
-		if err != nil || ctx.Err() != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
 			return err
 		}
 		if rev&unix.POLLNVAL != 0 {
@@ -148,71 +147,34 @@ func serve(ctx context.Context, fd int, f *Filter, watch func(Notification, MemR
 	}
 }
 
-// listenerWaiter returns wait, which blocks until the listener fd is
-// readable or hung up (its poll revents) or ctx ends, and stop, which
-// releases what wait uses. It parks the goroutine in the runtime's poller
-// (pollwait), and falls back to poll(2) with an eventfd for ctx where the
-// listener cannot be registered there.
+// listenerWaiter returns wait, which parks the goroutine in the runtime's
+// poller (pollwait) until the listener fd is readable or hung up (its poll
+// revents) or ctx ends, and stop, which releases what wait uses. A listener
+// the poller refuses is an error: it has no poll method, so poll(2) could
+// not wait for it either.
 func listenerWaiter(ctx context.Context, fd int) (wait func() (int16, error), stop func(), err error) {
 	f, ok, err := pollwait.File(fd, "seccomp listener")
 	if err != nil {
 		return nil, nil, fmt.Errorf("seccomp notify: %w", err)
 	}
-	if ok {
-		rc, err := f.SyscallConn()
-		if err != nil {
-			f.Close()
-			return nil, nil, fmt.Errorf("seccomp notify: %w", err)
-		}
-		// A deadline in the past wakes a parked wait when ctx ends.
-		unhook := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Unix(1, 0)) })
-		wait = func() (int16, error) {
-			rev, err := pollwait.Readable(rc)
-			if err != nil {
-				return 0, fmt.Errorf("seccomp notify: wait: %w", err)
-			}
-			return rev, nil
-		}
-		return wait, func() { unhook(); f.Close() }, nil
+	if !ok {
+		return nil, nil, fmt.Errorf("seccomp notify: listener fd %d cannot be polled", fd)
 	}
-	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	rc, err := f.SyscallConn()
 	if err != nil {
-		return nil, nil, fmt.Errorf("seccomp notify: eventfd: %w", err)
+		f.Close()
+		return nil, nil, fmt.Errorf("seccomp notify: %w", err)
 	}
-	var mu sync.Mutex // the wake-up write never meets the close
-	closed := false
-	unhook := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !closed {
-			var one [8]byte
-			nativeEndian.PutUint64(one[:], 1)
-			_, _ = unix.Write(wake, one[:])
-		}
-	})
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(wake), Events: unix.POLLIN}}
+	// A deadline in the past wakes a parked wait when ctx ends.
+	unhook := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Unix(1, 0)) })
 	wait = func() (int16, error) {
-		for {
-			fds[0].Revents, fds[1].Revents = 0, 0
-			if _, err := unix.Poll(fds, -1); err != nil {
-				if err == unix.EINTR {
-					continue
-				}
-				return 0, fmt.Errorf("seccomp notify: poll: %w", err)
-			}
-			if fds[1].Revents != 0 {
-				return 0, context.Canceled
-			}
-			return fds[0].Revents, nil
+		rev, err := pollwait.Readable(rc)
+		if err != nil {
+			return 0, fmt.Errorf("seccomp notify: wait: %w", err)
 		}
+		return rev, nil
 	}
-	return wait, func() {
-		unhook()
-		mu.Lock()
-		closed = true
-		unix.Close(wake)
-		mu.Unlock()
-	}, nil
+	return wait, func() { unhook(); f.Close() }, nil
 }
 
 func ioctlPtr(fd int, req uint, arg unsafe.Pointer) error {

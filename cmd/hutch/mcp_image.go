@@ -22,7 +22,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -41,8 +40,7 @@ var mcpImage []byte
 // image in a sealed memfd, which a host with vm.memfd_noexec = 2 refuses.
 func mcpServerStatus() string {
 	const how = "a second image carried by this binary, run from a sealed memfd"
-	b, err := os.ReadFile("/proc/sys/vm/memfd_noexec")
-	if err == nil && strings.TrimSpace(string(b)) == "2" {
+	if readTrim("/proc/sys/vm/memfd_noexec") == "2" {
 		return how + ", which this host refuses (vm.memfd_noexec = 2): hutch mcp fails here; use a hutch built with `go build ./cmd/hutch`, which links the server in"
 	}
 	return how
