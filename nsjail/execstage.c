@@ -7,7 +7,8 @@
 //
 // File descriptors, fixed by the init (-1 / closed when absent):
 //   0,1,2  the command's stdio
-//   3      status pipe (write end, O_CLOEXEC): on failure, "CODE ERRNO what"
+//   3      status pipe (write end, O_CLOEXEC): on failure, "CODE ERRNO what";
+//          the reaper's end record "\n=STATUS\n" last (report_end)
 //   4      Landlock ruleset
 //   5      seccomp BPF program (memfd holding struct sock_filter[])
 //   6      unix socket on which the seccomp listener fd is sent
@@ -39,6 +40,7 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <dirent.h>
+#include <sched.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -226,11 +228,35 @@ static void kill_all(pid_t self) {
 	}
 }
 
-// mirror exits the way the command did.
-static void mirror(int st) {
-	if (WIFEXITED(st))
+// report_end writes the end record on the status pipe (fd 3): the wait
+// status the init will see for this reaper, "\n=STATUS\n". Nothing of the
+// command is left by then, so the init may report the command's end at
+// once instead of after this process has exited (its teardown, ~0.1 ms
+// here, is then off the caller's path).
+//
+// The init, woken by the write, is often placed on this CPU; a spawned
+// command's reaper then yields it the CPU, or the init would wait for this
+// process's teardown after all. (Only there: the built-in seccomp profile,
+// which a spawner requires, allows sched_yield; a user's profile may not.)
+static int yield_after_end;
+
+static void report_end(int st) {
+	char buf[32];
+	int n = snprintf(buf, sizeof buf, "\n=%d\n", st);
+	ssize_t w = write(3, buf, (size_t)n);
+	(void)w;
+	if (yield_after_end)
+		sched_yield();
+}
+
+// mirror exits the way the command did, after the end record.
+__attribute__((noreturn)) static void mirror(int st) {
+	if (WIFEXITED(st)) {
+		report_end(st & 0xff00);
 		_exit(WEXITSTATUS(st));
+	}
 	int sig = WTERMSIG(st);
+	report_end(sig); // no core: RLIMIT_CORE is 0 below
 	struct rlimit none = {0, 0};
 	setrlimit(RLIMIT_CORE, &none);
 	signal(sig, SIG_DFL);
@@ -271,8 +297,8 @@ __attribute__((noreturn)) static void reaper(const char *file, char **cargv) {
 		int e = errno;
 		fail((e == ENOENT || e == ENOTDIR) ? 127 : 126, e, "execute the command");
 	}
-	// The command holds the status pipe until it execs; stdio is its own.
-	close(3);
+	// The command held the status pipe until it executed (close-on-exec);
+	// the reaper keeps it for the end record. Stdio is the command's own.
 	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
 	for (int fd = 0; fd < 3; fd++) {
 		if (devnull >= 0)
@@ -300,6 +326,7 @@ __attribute__((noreturn)) static void reaper(const char *file, char **cargv) {
 		} else if (sig == HUTCH_SIG_TERMINATE) {
 			kill(pid, SIGKILL);
 			kill_all(self);
+			report_end((128 + SIGKILL) << 8);
 			_exit(128 + SIGKILL);
 		} else if (kill(-pid, sig) < 0) {
 			kill(pid, sig);
@@ -415,6 +442,7 @@ void hutch_spawner_harden(int notify) {
 
 void hutch_spawned_command(const char *rlimits, const char *cwd, char **argv) {
 	fcntl(3, F_SETFD, FD_CLOEXEC);
+	yield_after_end = 1;
 	if (chdir(cwd) < 0)
 		fail(125, errno, "change to the working directory");
 	// The command's own Landlock layer: it scopes signals and abstract unix

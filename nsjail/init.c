@@ -308,7 +308,10 @@ static int proxy_socket(int type, int port, const char *what) {
 struct proc {
 	uint64_t id;
 	pid_t pid;
-	int status_fd; // read end of the command's status pipe
+	int status_fd;  // read end of the command's status pipe; -1 once at its end
+	int reported;   // its end was reported from the reaper's end record
+	size_t len;     // bytes of the status pipe read so far
+	char text[600]; // what the status pipe said (NUL-terminated)
 };
 static struct proc *procs;
 static size_t nprocs, capprocs;
@@ -459,6 +462,9 @@ static void add_proc(uint64_t id, pid_t pid, int status_fd) {
 	procs[nprocs].id = id;
 	procs[nprocs].pid = pid;
 	procs[nprocs].status_fd = status_fd;
+	procs[nprocs].reported = 0;
+	procs[nprocs].len = 0;
+	procs[nprocs].text[0] = 0;
 	nprocs++;
 	wr_head(&in.out, HUTCH_OP_STARTED, id);
 	wr_i64(&in.out, pid);
@@ -776,18 +782,57 @@ static uint32_t no_child_left(void) {
 	return waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD;
 }
 
-// report_exit sends a command's end with what its status pipe says: empty
-// when the command was executed, "CODE ERRNO what" when it was not.
+// read_status reads what the command's status pipe holds so far into
+// p->text; at its end (every writer gone) it closes the pipe.
+static void read_status(struct proc *p) {
+	while (p->status_fd >= 0) {
+		ssize_t n = read(p->status_fd, p->text + p->len, sizeof p->text - 1 - p->len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n > 0) {
+			p->len += (size_t)n;
+			p->text[p->len] = 0;
+			if (p->len < sizeof p->text - 1)
+				continue;
+		} else if (n < 0 && errno == EAGAIN) {
+			return;
+		}
+		close(p->status_fd); // end of the pipe, an error or full
+		p->status_fd = -1;
+	}
+}
+
+// end_record finds the reaper's end record ("\n=STATUS\n", execstage.c)
+// at the end of what the status pipe said, stores the wait status it gives
+// in *st and cuts it off; 0 when there is none (yet).
+static int end_record(struct proc *p, int *st) {
+	if (p->len < 4 || p->text[p->len - 1] != '\n')
+		return 0;
+	char *nl = p->text + p->len - 1;
+	char *eq = nl;
+	while (eq > p->text && eq[-1] != '=')
+		eq--;
+	if (eq - 2 < p->text || eq[-2] != '\n' || eq == nl)
+		return 0;
+	char *end;
+	long v = strtol(eq, &end, 10);
+	if (end != nl || v < 0 || v > 0xffff)
+		return 0;
+	*st = (int)v;
+	p->len = (size_t)(eq - 2 - p->text);
+	p->text[p->len] = 0;
+	return 1;
+}
+
+// report_exit sends a command's end with what its status pipe said: only
+// an end record when the command was executed, "CODE ERRNO what" before it
+// when it was not.
 static void report_exit(const struct proc *p, int status) {
-	char buf[1024];
-	ssize_t n = read(p->status_fd, buf, sizeof buf - 1);
-	close(p->status_fd);
 	int64_t code = 0, eno = 0;
 	const char *what = "";
-	if (n > 0) {
-		buf[n] = 0;
+	if (p->len > 0) {
 		char *end;
-		code = strtol(buf, &end, 10);
+		code = strtol(p->text, &end, 10);
 		eno = strtol(end, &end, 10);
 		what = *end == ' ' ? end + 1 : end;
 		if (code == 0)
@@ -811,7 +856,24 @@ static void report_exit(const struct proc *p, int status) {
 	send_msg(&in.out, NULL, 0);
 }
 
-// reap collects every child of pid 1, reporting the commands it started.
+// status_ready reads a command's status pipe when the init's loop saw it
+// readable. With a session's spawner alive, the reaper's end record is
+// reported at once: every process of the command is gone by then, and the
+// reaper only exits (it is reaped later without a second report). Without
+// a spawner the init waits for the reaper itself, so that the report can
+// say whether any sandboxed process is left (a one-off sandbox's teardown
+// follows the report anyway).
+static void status_ready(struct proc *p) {
+	read_status(p);
+	int st;
+	if (spawner_pid > 0 && !p->reported && end_record(p, &st)) {
+		p->reported = 1;
+		report_exit(p, st);
+	}
+}
+
+// reap collects every child of pid 1, reporting the commands it started
+// that were not reported yet.
 static void reap(void) {
 	for (;;) {
 		int st;
@@ -827,9 +889,14 @@ static void reap(void) {
 		}
 		for (size_t i = 0; i < nprocs; i++) {
 			if (procs[i].pid == pid) {
-				struct proc p = procs[i];
+				struct proc *p = &procs[i];
+				read_status(p);
+				if (p->status_fd >= 0)
+					close(p->status_fd);
+				int rec;
+				if (!p->reported)
+					report_exit(p, end_record(p, &rec) ? rec : st);
 				procs[i] = procs[--nprocs];
-				report_exit(&p, st);
 				break;
 			}
 		}
@@ -855,12 +922,35 @@ __attribute__((noreturn)) static void serve(unsigned char *buf) {
 	int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (sfd < 0)
 		_exit(1);
-	struct pollfd pfd[2] = {{HUTCH_FD_CONTROL, POLLIN, 0}, {sfd, POLLIN, 0}};
+	// The control socket, SIGCHLD and, with a spawner, the status pipes of
+	// the commands not reported yet (see status_ready).
+	struct pollfd *pfd = NULL;
+	size_t cap = 0;
 	for (;;) {
-		if (poll(pfd, 2, -1) < 0) {
+		size_t npfd = 2;
+		if (cap < 2 + nprocs) {
+			struct pollfd *np = realloc(pfd, (2 + capprocs) * sizeof *np);
+			if (!np)
+				_exit(1);
+			pfd = np;
+			cap = 2 + capprocs;
+		}
+		pfd[0] = (struct pollfd){HUTCH_FD_CONTROL, POLLIN, 0};
+		pfd[1] = (struct pollfd){sfd, POLLIN, 0};
+		for (size_t i = 0; spawner_pid > 0 && i < nprocs; i++)
+			if (!procs[i].reported && procs[i].status_fd >= 0)
+				pfd[npfd++] = (struct pollfd){procs[i].status_fd, POLLIN, 0};
+		if (poll(pfd, (nfds_t)npfd, -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			_exit(1);
+		}
+		for (size_t k = 2; k < npfd; k++) {
+			if (!pfd[k].revents)
+				continue;
+			for (size_t i = 0; i < nprocs; i++)
+				if (procs[i].status_fd == pfd[k].fd)
+					status_ready(&procs[i]);
 		}
 		if (pfd[1].revents) {
 			struct signalfd_siginfo si;

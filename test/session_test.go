@@ -299,18 +299,25 @@ func warmSpawner(t *testing.T, ws, name string) {
 }
 
 // spawnerPid finds the session's spawner on the host: with no command
-// running, it is the init's only child.
+// running, it is the init's only child once the last command's reaper has
+// exited (a command's end is reported before its reaper exits).
 func spawnerPid(t *testing.T, ws, name string) int {
 	t.Helper()
 	inits := initsOf(sessionPid(t, ws, name))
 	if len(inits) != 1 {
 		t.Fatalf("session %s has inits %v", name, inits)
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", inits[0], inits[0]))
-	if err != nil {
-		t.Skipf("cannot list the init's children (CONFIG_PROC_CHILDREN): %v", err)
+	var kids []string
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", inits[0], inits[0]))
+		if err != nil {
+			t.Skipf("cannot list the init's children (CONFIG_PROC_CHILDREN): %v", err)
+		}
+		kids = strings.Fields(string(b))
+		if len(kids) == 1 || time.Now().After(deadline) {
+			break
+		}
 	}
-	kids := strings.Fields(string(b))
 	if len(kids) != 1 {
 		t.Fatalf("the init has children %v, want only the spawner", kids)
 	}
@@ -403,5 +410,47 @@ func TestSessionSpawnerGone(t *testing.T) {
 		if !strings.Contains(r.stdout, "NoNewPrivs:\t1") || !strings.Contains(r.stdout, "Seccomp:\t2") {
 			t.Errorf("exec %d after the spawner died:\n%s%s", i, r.stdout, r.stderr)
 		}
+	}
+}
+
+// A command started by the spawner ends with its exact status, which the
+// init reports from the reaper's end record (before the reaper itself is
+// gone): exit codes, a death by signal, a command that could not be
+// executed (with the reason), and a timeout that kills it.
+func TestSessionSpawnedExitStatus(t *testing.T) {
+	ws := userDir(t)
+	if err := os.WriteFile(filepath.Join(ws, "noexec.sh"), []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	name := startSession(t, ws)
+	warmSpawner(t, ws, name)
+	spawnerPid(t, ws, name) // the commands below start from it
+	for _, c := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"true"}, 0, ""},
+		{[]string{"/bin/sh", "-c", "exit 3"}, 3, ""},
+		{[]string{"/bin/sh", "-c", "exit 255"}, 255, ""},
+		{[]string{"/bin/sh", "-c", "kill -TERM $$"}, 128 + 15, ""},
+		{[]string{"/bin/sh", "-c", "kill -KILL $$"}, 128 + 9, ""},
+		{[]string{"/bin/sh", "-c", "sleep 600 & sleep 600 & exit 7"}, 7, ""},
+		{[]string{"no-such-command-here"}, 127, "hutch: command not found: no-such-command-here"},
+		{[]string{"./noexec.sh"}, 126, "hutch: cannot execute ./noexec.sh: execute the command: permission denied"},
+		{[]string{"--timeout", "1s", name, "--", "sleep", "600"}, 124, "hutch: timed out after 1s"},
+	} {
+		args := append([]string{"exec", name, "--"}, c.args...)
+		if c.args[0] == "--timeout" {
+			args = append([]string{"exec"}, c.args...)
+		}
+		r := hutch(t, opts{dir: ws}, args...)
+		if r.code != c.code || !strings.Contains(r.stderr, c.stderr) {
+			t.Errorf("exec %q: exit %d, stderr %q; want exit %d, stderr with %q", c.args, r.code, r.stderr, c.code, c.stderr)
+		}
+	}
+	r := hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c", "ps -eo args | grep -c '[s]leep 600'")
+	if strings.TrimSpace(r.stdout) != "0" {
+		t.Errorf("processes left behind by the commands above: %q", r.stdout)
 	}
 }
