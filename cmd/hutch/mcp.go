@@ -43,6 +43,7 @@ func serveMCP(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return &exitError{hutch.ExitSetup, "hutch: mcp takes no arguments (the agent sends the commands); see hutch mcp --help"}
 	}
+	oneProcessor()
 	level := slog.LevelInfo
 	if c.Bool("debug") {
 		level = slog.LevelDebug
@@ -108,7 +109,12 @@ func serveMCP(c *cli.Context) error {
 	}
 	logger.Info("hutch mcp: serving run_command on stdio", "workspace", ws, "network", p.Network.Mode,
 		"timeout", policy.Duration(p.Resources.Timeout.D()).String(), "max_output", maxOutput)
-	err = server.Run(ctx, &mcp.StdioTransport{})
+	stdin, restoreStdin, err := pollableStdin()
+	if err != nil {
+		return &exitError{hutch.ExitSetup, "hutch: mcp: " + err.Error()}
+	}
+	defer restoreStdin()
+	err = server.Run(ctx, &lineTransport{r: stdin, w: os.Stdout})
 	switch {
 	case err == nil, errors.Is(err, context.Canceled), ctx.Err() != nil:
 		logger.Info("hutch mcp: stopped")

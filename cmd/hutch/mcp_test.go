@@ -140,7 +140,16 @@ func BenchmarkMCPServerRaw(b *testing.B) {
 			}
 		}
 	})
-	b.Run("raw", func(b *testing.B) {
+	for _, tr := range []string{"raw", "line"} {
+		b.Run(tr, func(b *testing.B) { benchServerRaw(b, tool, tr == "line") })
+	}
+}
+
+// benchServerRaw is BenchmarkMCPServerRaw over the SDK's IOTransport or
+// (line) hutch's lineTransport.
+func benchServerRaw(b *testing.B, tool *agent.Tool, line bool) {
+	ctx := context.Background()
+	{
 		lg := slog.New(slog.DiscardHandler)
 		srv, err := newMCPServer(ctx, tool, policy.Default(), agent.DefaultMaxOutput, lg, lg)
 		if err != nil {
@@ -149,7 +158,11 @@ func BenchmarkMCPServerRaw(b *testing.B) {
 		inR, inW, _ := os.Pipe()
 		outR, outW, _ := os.Pipe()
 		defer inW.Close()
-		ss, err := srv.Connect(ctx, &mcp.IOTransport{Reader: inR, Writer: outW}, nil)
+		var tr mcp.Transport = &mcp.IOTransport{Reader: inR, Writer: outW}
+		if line {
+			tr = &lineTransport{r: inR, w: outW}
+		}
+		ss, err := srv.Connect(ctx, tr, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -173,5 +186,5 @@ func BenchmarkMCPServerRaw(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			call(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_command","arguments":{"command":"/bin/true"}}}`)
 		}
-	})
+	}
 }

@@ -141,6 +141,7 @@ func sessionStart(c *cli.Context) error {
 
 // sessionServe is the background supervisor of one session.
 func sessionServe(c *cli.Context) error {
+	oneProcessor()
 	ready := os.NewFile(3, "ready")
 	fail := func(err error) error {
 		fmt.Fprintf(ready, "error %s\n", err)

@@ -1,0 +1,179 @@
+//go:build !mcpimage
+
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
+)
+
+// pollableStdin returns standard input as a file the Go runtime's poller
+// waits on, when it is a pipe or a socket (as an MCP client starts its
+// server): reading it then parks a goroutine instead of holding a thread
+// in read(2), which the scheduler would have to work around at every
+// request. It is a duplicate of descriptor 0 in non-blocking mode; restore
+// puts the mode back (the open file is shared with descriptor 0 and with
+// whoever else holds it) and is safe to call more than once. Any other
+// kind of standard input is returned as os.Stdin, with a restore that does
+// nothing.
+func pollableStdin() (f io.ReadCloser, restore func(), err error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(0, &st); err != nil {
+		return nil, nil, fmt.Errorf("stat standard input: %w", err)
+	}
+	if kind := st.Mode & unix.S_IFMT; kind != unix.S_IFIFO && kind != unix.S_IFSOCK {
+		return os.Stdin, func() {}, nil
+	}
+	flags, err := unix.FcntlInt(0, unix.F_GETFL, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the flags of standard input: %w", err)
+	}
+	fd, err := unix.FcntlInt(0, unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return nil, nil, fmt.Errorf("duplicate standard input: %w", err)
+	}
+	if flags&unix.O_NONBLOCK == 0 {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags|unix.O_NONBLOCK); err != nil {
+			unix.Close(fd)
+			return nil, nil, fmt.Errorf("make standard input non-blocking: %w", err)
+		}
+	}
+	restore = func() {
+		if flags&unix.O_NONBLOCK == 0 {
+			_, _ = unix.FcntlInt(0, unix.F_SETFL, flags)
+		}
+	}
+	// A non-blocking descriptor makes os.NewFile register it with the poller.
+	return os.NewFile(uintptr(fd), "stdin"), restore, nil
+}
+
+// lineTransport is the MCP stdio transport (newline-delimited JSON-RPC
+// messages) with one decoding pass per request. The SDK's own transport
+// decodes each line three times (as a batch, as a message, its method),
+// each with a fresh 32 KiB buffer; requests and notifications are decoded
+// here once, with the same rules (the "jsonrpc" tag must be "2.0", keys
+// match exactly), and anything else (a response, a malformed line) by the
+// SDK's decoder. Batches are refused, as the SDK refuses them from protocol
+// version 2025-06-18 on.
+type lineTransport struct {
+	r io.ReadCloser
+	w io.Writer
+}
+
+// Connect implements mcp.Transport.
+func (t *lineTransport) Connect(context.Context) (mcp.Connection, error) {
+	return &lineConn{r: t.r, in: bufio.NewReaderSize(t.r, 64<<10), w: t.w}, nil
+}
+
+type lineConn struct {
+	r   io.ReadCloser
+	in  *bufio.Reader
+	buf []byte // a line longer than the reader's buffer
+	wmu sync.Mutex
+	w   io.Writer
+}
+
+func (c *lineConn) SessionID() string { return "" }
+
+// Read implements mcp.Connection.
+func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		line, err := c.readLine()
+		if err != nil {
+			return nil, err
+		}
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 {
+			continue
+		}
+		return decodeLine(line)
+	}
+}
+
+// maxLine bounds one message, as the SDK's transport does by default.
+const maxLine = mcp.DefaultMaxLineLength
+
+func (c *lineConn) readLine() ([]byte, error) {
+	c.buf = c.buf[:0]
+	for {
+		frag, err := c.in.ReadSlice('\n')
+		if err == nil && len(c.buf) == 0 {
+			return frag, nil
+		}
+		c.buf = append(c.buf, frag...)
+		if len(c.buf) > maxLine {
+			return nil, fmt.Errorf("a JSON-RPC message longer than %d bytes", maxLine)
+		}
+		switch {
+		case err == nil:
+			return c.buf, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(bytes.TrimSpace(c.buf)) > 0:
+			return c.buf, nil
+		default:
+			return nil, err
+		}
+	}
+}
+
+// decodeLine decodes one message.
+func decodeLine(line []byte) (jsonrpc.Message, error) {
+	if line[0] == '[' {
+		return nil, errors.New("JSON-RPC batches are not supported: send one message per line")
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(line, &m) != nil || m["method"] == nil || m["result"] != nil || m["error"] != nil {
+		return jsonrpc.DecodeMessage(line) // the SDK's decoder, and its errors
+	}
+	var tag, method string
+	if err := json.Unmarshal(m["jsonrpc"], &tag); err != nil || tag != "2.0" {
+		return nil, fmt.Errorf("invalid message version tag %s; expected \"2.0\"", m["jsonrpc"])
+	}
+	if err := json.Unmarshal(m["method"], &method); err != nil {
+		return nil, fmt.Errorf("unmarshaling jsonrpc message: method: %w", err)
+	}
+	var rawID any
+	if id := m["id"]; id != nil {
+		if err := json.Unmarshal(id, &rawID); err != nil {
+			return nil, fmt.Errorf("unmarshaling jsonrpc message: id: %w", err)
+		}
+	}
+	id, err := jsonrpc.MakeID(rawID)
+	if err != nil {
+		return nil, err
+	}
+	return &jsonrpc.Request{ID: id, Method: method, Params: m["params"]}, nil
+}
+
+// Write implements mcp.Connection.
+func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	data, err := jsonrpc.EncodeMessage(msg)
+	if err != nil {
+		return fmt.Errorf("encode a JSON-RPC message: %w", err)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_, err = c.w.Write(append(data, '\n'))
+	return err
+}
+
+// Close implements mcp.Connection.
+func (c *lineConn) Close() error { return c.r.Close() }

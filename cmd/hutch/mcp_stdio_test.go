@@ -1,0 +1,120 @@
+//go:build !mcpimage
+
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+)
+
+// decodeLine decodes what the SDK's decoder decodes, to the same message,
+// and refuses what it refuses.
+func TestDecodeLineMatchesSDK(t *testing.T) {
+	for _, line := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_command","arguments":{"command":"ls"}}}`,
+		`{"jsonrpc":"2.0","id":"abc","method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":7.0,"method":"ping","params":null}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":null,"method":"notifications/cancelled","params":{"requestId":1}}`,
+		`{"params":{},"method":"ping","id":2,"jsonrpc":"2.0","extra":true}`,
+		`{"jsonrpc":"2.0","id":3,"method":""}`,
+		`{"jsonrpc":"2.0","id":3,"method":null}`,
+		`{"jsonrpc":"2.0","id":4,"result":{}}`,
+		`{"jsonrpc":"2.0","id":5,"error":{"code":-32601,"message":"no"}}`,
+		`{"jsonrpc":"2.0","id":6,"method":"ping","result":{}}`,
+		`{"jsonrpc":"1.0","id":1,"method":"ping"}`,
+		`{"id":1,"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":1,"method":5}`,
+		`{"jsonrpc":"2.0","id":{"x":1},"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":true,"method":"ping"}`,
+		`{"jsonrpc":"2.0","ID":1,"Method":"ping"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"ping"`,
+		`"just a string"`,
+		`{}`,
+	} {
+		got, gerr := decodeLine([]byte(line))
+		want, werr := jsonrpc.DecodeMessage([]byte(line))
+		if (gerr != nil) != (werr != nil) {
+			t.Errorf("%s:\n got %#v, %v\nwant %#v, %v", line, got, gerr, want, werr)
+			continue
+		}
+		if gerr == nil && !reflect.DeepEqual(normalize(got), normalize(want)) {
+			t.Errorf("%s:\n got %#v\nwant %#v", line, got, want)
+		}
+	}
+}
+
+// normalize makes equal messages compare equal: params that are absent,
+// and a JSON null, mean the same to the handlers.
+func normalize(m jsonrpc.Message) jsonrpc.Message {
+	if r, ok := m.(*jsonrpc.Request); ok && string(r.Params) == "null" {
+		c := *r
+		c.Params = nil
+		return &c
+	}
+	return m
+}
+
+func TestDecodeLineRefusesBatches(t *testing.T) {
+	_, err := decodeLine([]byte(`[{"jsonrpc":"2.0","id":1,"method":"ping"}]`))
+	if err == nil || !strings.Contains(err.Error(), "batches are not supported") {
+		t.Errorf("batch: %v", err)
+	}
+}
+
+// The connection reads one message per line: blank lines skipped, a line
+// longer than the reader's buffer, a last line without a newline, then EOF.
+func TestLineConnRead(t *testing.T) {
+	long := strings.Repeat("x", 200<<10)
+	input := "\n  \n" +
+		`{"jsonrpc":"2.0","id":1,"method":"ping"}` + "\r\n" +
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"` + long + `"}}` + "\n" +
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`
+	c, err := (&lineTransport{r: io.NopCloser(strings.NewReader(input)), w: io.Discard}).Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i, want := range []string{"ping", "tools/call", "notifications/initialized"} {
+		m, err := c.Read(ctx)
+		r, ok := m.(*jsonrpc.Request)
+		if err != nil || !ok || r.Method != want {
+			t.Fatalf("message %d: %#v, %v; want %s", i, m, err, want)
+		}
+		if want == "tools/call" && !strings.Contains(string(r.Params), long) {
+			t.Errorf("the long line's params were cut: %d bytes", len(r.Params))
+		}
+	}
+	if _, err := c.Read(ctx); !errors.Is(err, io.EOF) {
+		t.Errorf("after the last line: %v, want EOF", err)
+	}
+}
+
+func TestLineConnTooLong(t *testing.T) {
+	input := `{"jsonrpc":"2.0","id":1,"method":"` + strings.Repeat("x", maxLine) + `"}` + "\n"
+	c, _ := (&lineTransport{r: io.NopCloser(strings.NewReader(input)), w: io.Discard}).Connect(context.Background())
+	if _, err := c.Read(context.Background()); err == nil || !strings.Contains(err.Error(), "longer than") {
+		t.Errorf("an over-long line: %v", err)
+	}
+}
+
+// Write puts one message per line, encoded as the SDK encodes it.
+func TestLineConnWrite(t *testing.T) {
+	var out strings.Builder
+	c, _ := (&lineTransport{r: io.NopCloser(strings.NewReader("")), w: &out}).Connect(context.Background())
+	id, _ := jsonrpc.MakeID(float64(9))
+	msg := &jsonrpc.Response{ID: id, Result: []byte(`{"ok":true}`)}
+	if err := c.Write(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := jsonrpc.EncodeMessage(msg)
+	if out.String() != string(want)+"\n" {
+		t.Errorf("wrote %q, want %q", out.String(), string(want)+"\n")
+	}
+}
