@@ -440,6 +440,23 @@ void hutch_spawner_harden(int notify) {
 		close(6);
 }
 
+void hutch_ready_prepare(const char *rlimits) {
+	if (valid_fd(7) && syscall(SYS_landlock_restrict_self, 7, 0) < 0)
+		_exit(125);
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
+		_exit(125);
+	close_from(4);
+	set_rlimits(rlimits);
+}
+
+void hutch_ready_command(const char *cwd, char **argv) {
+	fcntl(3, F_SETFD, FD_CLOEXEC);
+	yield_after_end = 1;
+	if (chdir(cwd) < 0)
+		fail(125, errno, "change to the working directory");
+	reaper(argv[0], argv);
+}
+
 void hutch_spawned_command(const char *rlimits, const char *cwd, char **argv) {
 	fcntl(3, F_SETFD, FD_CLOEXEC);
 	yield_after_end = 1;

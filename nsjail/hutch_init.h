@@ -32,6 +32,11 @@ enum {
 	HUTCH_OP_SPAWNER_REPLY = 11, // init -> supervisor: the spawner is ready, or why not
 };
 
+// Between the init and a session's spawner only (not on the supervisor's
+// socket): make a reaper ahead (reply: its pid or -errno, + the socket on
+// which it takes one spawn request).
+#define HUTCH_OP_READY_REAPER 100
+
 // SPAWNERR code for a spawn through a spawner that is gone: the supervisor
 // starts the command the direct way instead (never shown to users).
 #define HUTCH_CODE_NO_SPAWNER 200
@@ -154,6 +159,17 @@ void hutch_spawner_harden(int notify);
 // none): working directory, scope layer, subreaper, rlimits, then argv as
 // the command's reaper. It never returns.
 void hutch_spawned_command(const char *rlimits, const char *cwd, char **argv) __attribute__((noreturn));
+
+// hutch_ready_prepare runs in a reaper the spawner forks ahead of the next
+// command (fd 3: the socket its request comes on; 7: the scope ruleset):
+// the command's Landlock scope layer, subreaper, rlimits, and every other
+// descriptor closed. It exits when any of it fails.
+void hutch_ready_prepare(const char *rlimits);
+
+// hutch_ready_command runs a prepared reaper's command once its request
+// placed stdio on 0-2 and the status pipe on 3: working directory, then
+// argv as the command's reaper. It never returns.
+void hutch_ready_command(const char *cwd, char **argv) __attribute__((noreturn));
 
 // hutch_now_usec is CLOCK_MONOTONIC in microseconds.
 long hutch_now_usec(void);

@@ -473,6 +473,20 @@ static void add_proc(uint64_t id, pid_t pid, int status_fd) {
 
 // drop_spawner forgets a spawner that failed or is gone (the init reaps it
 // like any child).
+// A reaper the spawner forked ahead (make_ready): its pid and the socket on
+// which it takes the next spawn request; -1 when there is none.
+static pid_t ready_pid = -1;
+static int ready_fd = -1;
+
+static void drop_ready(void) {
+	if (ready_fd >= 0)
+		close(ready_fd);
+	ready_fd = -1;
+	if (ready_pid > 0)
+		kill(ready_pid, SIGKILL);
+	ready_pid = -1;
+}
+
 static void drop_spawner(void) {
 	if (spawner_fd >= 0)
 		close(spawner_fd);
@@ -480,9 +494,68 @@ static void drop_spawner(void) {
 	if (spawner_pid > 0)
 		kill(spawner_pid, SIGKILL);
 	spawner_pid = -1;
+	drop_ready();
+}
+
+// get_ready asks the spawner for a reaper made ahead of the next command,
+// so that starting it costs neither the spawner's fork nor the per-command
+// set-up that does not depend on the command (its Landlock scope layer,
+// subreaper, rlimits; hutch_ready_prepare). Without one, a command starts
+// through the spawner as before.
+static void get_ready(void) {
+	if (spawner_pid <= 0 || ready_fd >= 0)
+		return;
+	unsigned char b[16] = {0}; // a message header (wr_head) with the op alone
+	uint32_t op = HUTCH_OP_READY_REAPER;
+	memcpy(b, &op, sizeof op);
+	if (send_raw_on(spawner_fd, b, sizeof b, NULL, 0) < 0) {
+		drop_spawner();
+		return;
+	}
+	int64_t v = 0;
+	int fds[8], nfds = 0;
+	ssize_t n;
+	do {
+		n = recv_msg_on(spawner_fd, (unsigned char *)&v, sizeof v, fds, &nfds);
+	} while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)sizeof v) {
+		close_fds(fds, nfds);
+		drop_spawner();
+		return;
+	}
+	if (v > 0 && nfds == 1) {
+		ready_pid = (pid_t)v;
+		ready_fd = fds[0];
+	} else {
+		close_fds(fds, nfds);
+	}
+}
+
+// spawn_via_ready hands the spawn request and the command's descriptors to
+// the reaper made ahead. Returns its pid, or 0 when there is none (or it
+// could not take the request).
+static pid_t spawn_via_ready(const unsigned char *raw, size_t rawlen, const int *fds, int status_w) {
+	if (ready_fd < 0)
+		return 0;
+	int out[4] = {fds[0], fds[1], fds[2], status_w};
+	pid_t pid = send_raw_on(ready_fd, raw, rawlen, out, 4) == 0 ? ready_pid : 0;
+	close(ready_fd);
+	ready_fd = -1;
+	if (pid == 0 && ready_pid > 0)
+		kill(ready_pid, SIGKILL);
+	ready_pid = -1;
+	return pid;
 }
 
 static int valid_fd7(void) { return fcntl(7, F_GETFD) != -1; }
+
+// close_from_fd closes every descriptor from fd up.
+static void close_from_fd(int fd) {
+	if (syscall(SYS_close_range, fd, ~0U, 0) < 0) {
+		for (int i = fd; i < 1024; i++)
+			close(i);
+	}
+}
 
 // spawn_via_spawner hands the spawn request (the supervisor's message as it
 // came) and the command's descriptors to the spawner, which forks the
@@ -537,8 +610,100 @@ static int read_spawn(struct hutch_rd *r, uint32_t *flags, const char **cwd, cha
 	return 0;
 }
 
+// place_request puts a spawn request's descriptors where the command's
+// reaper expects them: 0-2 stdio, 3 the status pipe, 4 the scope ruleset
+// (on 7 in the spawner; -1 for none).
+static void place_request(const int *fds, int scope) {
+	int tmp[5];
+	for (int i = 0; i < 4; i++)
+		tmp[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 16);
+	tmp[4] = scope >= 0 ? fcntl(scope, F_DUPFD_CLOEXEC, 16) : -1;
+	for (int i = 0; i < 5; i++) {
+		if (tmp[i] >= 0)
+			dup2(tmp[i], i);
+		else
+			close(i);
+	}
+}
+
+// parse_request reads a spawn request (the supervisor's message as the init
+// passed it on) for a reaper; a malformed one is reported on the status
+// pipe (fd 3, placed) and ends the process.
+static void parse_request(unsigned char *buf, size_t n, const char **cwd, char ***argv) {
+	struct hutch_rd r = {buf, n, 0};
+	hutch_rd_u32(&r);
+	hutch_rd_u32(&r);
+	hutch_rd_i64(&r);
+	uint32_t flags;
+	char **envp;
+	if (read_spawn(&r, &flags, cwd, argv, &envp) < 0) {
+		static const char m[] = "125 22 malformed spawn request";
+		ssize_t k = write(3, m, sizeof m - 1);
+		(void)k;
+		_exit(125);
+	}
+	environ = envp;
+}
+
+// pretouch writes to the stack and heap a reaper will use, so that their
+// copy-on-write faults (a few us each in this VM) are taken while it
+// waits, not while a command starts.
+__attribute__((noinline)) static void pretouch(unsigned char *buf) {
+	volatile unsigned char stack[32 << 10];
+	for (size_t i = 0; i < sizeof stack; i += 4096)
+		stack[i] = 0;
+	memset(buf, 0, 64 << 10);
+	free(calloc(64, sizeof(char *)));
+}
+
+// ready_main is a reaper forked ahead by the spawner: it applies what does
+// not depend on the command (hutch_ready_prepare), takes its first
+// copy-on-write faults, then waits on fd 3 for one spawn request from the
+// init and runs that command. The end of the socket (the init dropped it)
+// ends it.
+__attribute__((noreturn)) static void ready_main(unsigned char *buf) {
+	pretouch(buf); // before the rlimits, which may be small
+	hutch_ready_prepare(in.rlimits);
+	int fds[8], nfds;
+	ssize_t n;
+	do {
+		n = recv_msg_on(3, buf, HUTCH_MAX_MSG, fds, &nfds);
+	} while (n < 0 && errno == EINTR);
+	if (n < 16 || nfds != 4)
+		_exit(0);
+	place_request(fds, -1); // replaces the socket on 3 with the status pipe
+	close_from_fd(4);
+	const char *cwd;
+	char **argv;
+	parse_request(buf, (size_t)n, &cwd, &argv);
+	hutch_ready_command(cwd, argv);
+}
+
+// make_ready forks a reaper ahead (a child of the init, like the others) and
+// answers the init with its pid and the socket it takes its request on.
+static void make_ready(unsigned char *buf) {
+	int rs[2];
+	int64_t v;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, rs) < 0) {
+		v = -(int64_t)errno;
+		send(HUTCH_FD_CONTROL, &v, sizeof v, MSG_NOSIGNAL);
+		return;
+	}
+	long pid = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, NULL, NULL, 0);
+	if (pid == 0) {
+		close(rs[0]);
+		dup2(rs[1], 3); // the init's socket goes: the request comes on this one
+		ready_main(buf);
+	}
+	close(rs[1]);
+	v = pid > 0 ? pid : -(int64_t)errno;
+	send_raw_on(HUTCH_FD_CONTROL, &v, sizeof v, pid > 0 ? &rs[0] : NULL, pid > 0 ? 1 : 0);
+	close(rs[0]);
+}
+
 // spawner_main is the spawner's loop (after hutch_spawner_harden): one
-// request per message on fd 3, answered with the reaper's pid or -errno.
+// request per message on fd 3 — a spawn request, answered with the
+// reaper's pid or -errno, or HUTCH_OP_READY_REAPER (make_ready).
 static int sandbox_uid, sandbox_gid;
 
 __attribute__((noreturn)) static void spawner_main(unsigned char *buf) {
@@ -547,6 +712,14 @@ __attribute__((noreturn)) static void spawner_main(unsigned char *buf) {
 		ssize_t n = recv_msg(buf, HUTCH_MAX_MSG, fds, &nfds);
 		if (n == 0 || (n < 0 && errno != EMSGSIZE && errno != EINTR))
 			_exit(0); // the init is gone
+		if (n >= 16 && nfds == 0) {
+			uint32_t op;
+			memcpy(&op, buf, sizeof op);
+			if (op == HUTCH_OP_READY_REAPER) {
+				make_ready(buf);
+				continue;
+			}
+		}
 		if (n < 16 || nfds != 4) {
 			close_fds(fds, nfds);
 			int64_t v = -EINVAL;
@@ -557,33 +730,10 @@ __attribute__((noreturn)) static void spawner_main(unsigned char *buf) {
 		// reports its end as for any command.
 		long pid = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, NULL, NULL, 0);
 		if (pid == 0) {
-			struct hutch_rd r = {buf, (size_t)n, 0};
-			hutch_rd_u32(&r);
-			hutch_rd_u32(&r);
-			hutch_rd_i64(&r);
-			uint32_t flags;
+			place_request(fds, valid_fd7() ? 7 : -1);
 			const char *cwd;
-			char **argv, **envp;
-			int bad = read_spawn(&r, &flags, &cwd, &argv, &envp) < 0;
-			// 0-2 stdio, 3 the status pipe, 4 the scope ruleset (on 7
-			// in the spawner).
-			int tmp[5];
-			for (int i = 0; i < 4; i++)
-				tmp[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 16);
-			tmp[4] = valid_fd7() ? fcntl(7, F_DUPFD_CLOEXEC, 16) : -1;
-			for (int i = 0; i < 5; i++) {
-				if (tmp[i] >= 0)
-					dup2(tmp[i], i);
-				else
-					close(i);
-			}
-			if (bad) {
-				static const char m[] = "125 22 malformed spawn request";
-				ssize_t k = write(3, m, sizeof m - 1);
-				(void)k;
-				_exit(125);
-			}
-			environ = envp;
+			char **argv;
+			parse_request(buf, (size_t)n, &cwd, &argv);
 			hutch_spawned_command(in.rlimits, cwd, argv);
 		}
 		close_fds(fds, nfds);
@@ -698,6 +848,8 @@ static void do_start_spawner(uint64_t id, struct hutch_rd *r, int *fds, int nfds
 	else
 		rc = start_spawner((flags & HUTCH_SPAWNER_NOTIFY) != 0, fds, nfds, err, sizeof err);
 	close_fds(fds, nfds);
+	if (rc == 0)
+		get_ready();
 	wr_head(&in.out, HUTCH_OP_SPAWNER_REPLY, id);
 	wr_i64(&in.out, 0);
 	wr_i64(&in.out, rc == 0 ? 0 : 125);
@@ -735,7 +887,9 @@ static void do_spawn(uint64_t id, struct hutch_rd *r, const unsigned char *raw, 
 		capprocs = nc;
 	}
 	if (flags & HUTCH_SPAWN_VIA_SPAWNER) {
-		pid_t pid = spawn_via_spawner(raw, rawlen, fds, pr[1]);
+		pid_t pid = spawn_via_ready(raw, rawlen, fds, pr[1]);
+		if (pid == 0)
+			pid = spawn_via_spawner(raw, rawlen, fds, pr[1]);
 		close(pr[1]);
 		if (pid <= 0) {
 			char eb[128], msg[256];
@@ -749,6 +903,7 @@ static void do_spawn(uint64_t id, struct hutch_rd *r, const unsigned char *raw, 
 			goto out;
 		}
 		add_proc(id, pid, pr[0]);
+		get_ready(); // the next command's, while this one starts
 		goto out;
 	}
 	if (spawned++ == 1 && userns_fd < 0)
@@ -885,6 +1040,11 @@ static void reap(void) {
 		if (pid == spawner_pid) {
 			spawner_pid = -1; // reaped: the next spawn through it says so
 			drop_spawner();
+			continue;
+		}
+		if (pid == ready_pid) { // gone before it was used
+			ready_pid = -1;
+			drop_ready();
 			continue;
 		}
 		for (size_t i = 0; i < nprocs; i++) {

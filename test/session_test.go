@@ -299,8 +299,9 @@ func warmSpawner(t *testing.T, ws, name string) {
 }
 
 // spawnerPid finds the session's spawner on the host: with no command
-// running, it is the init's only child once the last command's reaper has
-// exited (a command's end is reported before its reaper exits).
+// running, the init's children are the spawner and the reaper it made
+// ahead of the next command (and, briefly, the last command's reaper: its
+// end is reported before it exits); the spawner is the oldest.
 func spawnerPid(t *testing.T, ws, name string) int {
 	t.Helper()
 	inits := initsOf(sessionPid(t, ws, name))
@@ -314,20 +315,42 @@ func spawnerPid(t *testing.T, ws, name string) int {
 			t.Skipf("cannot list the init's children (CONFIG_PROC_CHILDREN): %v", err)
 		}
 		kids = strings.Fields(string(b))
-		if len(kids) == 1 || time.Now().After(deadline) {
+		if (len(kids) >= 1 && len(kids) <= 2) || time.Now().After(deadline) {
 			break
 		}
 	}
-	if len(kids) != 1 {
-		t.Fatalf("the init has children %v, want only the spawner", kids)
+	if len(kids) < 1 || len(kids) > 2 {
+		t.Fatalf("the init has children %v, want the spawner and at most the reaper made ahead", kids)
 	}
-	pid, _ := strconv.Atoi(kids[0])
-	return pid
+	oldest, oldestStart := 0, uint64(0)
+	for _, k := range kids {
+		pid, _ := strconv.Atoi(k)
+		if st := startTicks(pid); oldest == 0 || st < oldestStart {
+			oldest, oldestStart = pid, st
+		}
+	}
+	return oldest
 }
 
-// The spawner is out of the commands' reach: they cannot signal it, read
-// its memory, environment or descriptors; and it runs under the same
-// restrictions as they do.
+// startTicks is a process's start time (field 22 of /proc/PID/stat).
+func startTicks(pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ^uint64(0)
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndex(s, ")")+1:])
+	if len(f) < 20 {
+		return ^uint64(0)
+	}
+	v, _ := strconv.ParseUint(f[19], 10, 64)
+	return v
+}
+
+// The spawner and the reaper it forks ahead of the next command are out of
+// the commands' reach: they cannot signal them, read their memory,
+// environment or descriptors; and they run under the same restrictions as
+// the commands do.
 func TestSessionSpawnerIsolated(t *testing.T) {
 	ws := userDir(t)
 	name := startSession(t, ws)
@@ -345,16 +368,44 @@ func TestSessionSpawnerIsolated(t *testing.T) {
 			t.Errorf("the spawner lacks %q:\n%s", want, b)
 		}
 	}
+	// The reaper made ahead is the init's process other than the spawner
+	// and this command's own reaper (the shell's parent); it is made as
+	// this command starts.
 	script := `S=` + inner + `
-echo "cmdline: $(tr '\0' ' ' < /proc/$S/cmdline)"
-for f in fd/3 mem environ; do head -c1 /proc/$S/$f >/dev/null 2>&1 && echo "read $f: yes" || echo "read $f: no"; done
-for sig in STOP KILL 0; do kill -$sig $S 2>/dev/null && echo "signal $sig: yes" || echo "signal $sig: no"; done
+R=
+for i in $(seq 100); do
+	for p in /proc/[0-9]*; do
+		q=${p#/proc/}
+		case $q in 1|$S|$PPID|$$) continue;; esac
+		[ "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" = "hutch:init " ] && R=$q
+	done
+	[ -n "$R" ] && break
+	sleep 0.05
+done
+echo "ahead: ${R:-none}"
+grep -E '^(NoNewPrivs|Seccomp|CapEff|CapBnd):' /proc/$R/status | sed 's/^/ahead /'
+for who in S R; do
+	eval P=\$$who
+	echo "$who cmdline: $(tr '\0' ' ' < /proc/$P/cmdline)"
+	for f in fd/3 mem environ; do head -c1 /proc/$P/$f >/dev/null 2>&1 && echo "$who read $f: yes" || echo "$who read $f: no"; done
+	for sig in STOP KILL 0; do kill -$sig $P 2>/dev/null && echo "$who signal $sig: yes" || echo "$who signal $sig: no"; done
+done
 `
 	r := hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c", script)
 	mustCode(t, r, 0)
-	for _, want := range []string{"cmdline: hutch:init", "read fd/3: no", "read mem: no", "read environ: no", "signal STOP: no", "signal KILL: no", "signal 0: no"} {
+	if strings.Contains(r.stdout, "ahead: none") {
+		t.Errorf("no reaper made ahead of the next command:\n%s%s", r.stdout, r.stderr)
+	}
+	for _, want := range []string{"ahead NoNewPrivs:\t1", "ahead Seccomp:\t2", "ahead CapEff:\t0000000000000000", "ahead CapBnd:\t0000000000000000"} {
 		if !strings.Contains(r.stdout, want) {
-			t.Errorf("probing the spawner (pid %s inside): want %q in:\n%s%s", inner, want, r.stdout, r.stderr)
+			t.Errorf("the reaper made ahead lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	for _, who := range []string{"S", "R"} {
+		for _, want := range []string{"cmdline: hutch:init", "read fd/3: no", "read mem: no", "read environ: no", "signal STOP: no", "signal KILL: no", "signal 0: no"} {
+			if !strings.Contains(r.stdout, who+" "+want) {
+				t.Errorf("probing %s (S: the spawner, pid %s inside; R: the reaper made ahead): want %q in:\n%s%s", who, inner, want, r.stdout, r.stderr)
+			}
 		}
 	}
 	r = hutch(t, opts{dir: ws}, "exec", name, "--", "echo", "still serving")
