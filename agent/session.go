@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/hutchsandbox/hutch"
 )
@@ -17,6 +18,10 @@ type SessionExecutor struct {
 	Session *hutch.Session
 	// Fresh runs Fresh requests; its Policy should be the session's.
 	Fresh *HutchExecutor
+
+	nullOnce sync.Once
+	null     *os.File // /dev/null, every command's stdin, opened once
+	nullErr  error
 }
 
 // NewSessionExecutor starts a session for e's policy and environment.
@@ -39,11 +44,14 @@ func (e *SessionExecutor) Run(ctx context.Context, req ExecRequest) (ExecResult,
 	if req.Fresh {
 		return e.Fresh.Run(ctx, req)
 	}
-	stdin, err := os.Open(os.DevNull)
-	if err != nil {
-		return ExecResult{}, err
+	// One /dev/null for every call instead of an open and a close per call
+	// (~7 us here). The session passes the descriptor on; a command cannot
+	// change what it refers to.
+	e.nullOnce.Do(func() { e.null, e.nullErr = os.Open(os.DevNull) })
+	if e.nullErr != nil {
+		return ExecResult{}, e.nullErr
 	}
-	defer stdin.Close()
+	stdin := e.null
 	res, err := e.Session.Exec(ctx, &hutch.ExecOptions{
 		Argv: req.Argv, Cwd: req.Cwd, Timeout: req.Timeout, ExtraEnv: e.Fresh.ExtraEnv,
 		Stdin: stdin, Stdout: req.Stdout, Stderr: req.Stderr,
@@ -55,4 +63,9 @@ func (e *SessionExecutor) Run(ctx context.Context, req ExecRequest) (ExecResult,
 }
 
 // Close ends the session: every process is killed.
-func (e *SessionExecutor) Close() error { return e.Session.Close() }
+func (e *SessionExecutor) Close() error {
+	if e.null != nil {
+		e.null.Close()
+	}
+	return e.Session.Close()
+}
