@@ -471,13 +471,12 @@ static void add_proc(uint64_t id, pid_t pid, int status_fd) {
 	send_msg(&in.out, NULL, 0);
 }
 
-// drop_spawner forgets a spawner that failed or is gone (the init reaps it
-// like any child).
 // A reaper the spawner forked ahead (make_ready): its pid and the socket on
 // which it takes the next spawn request; -1 when there is none.
 static pid_t ready_pid = -1;
 static int ready_fd = -1;
 
+// drop_ready forgets the reaper made ahead, killing it if it lives.
 static void drop_ready(void) {
 	if (ready_fd >= 0)
 		close(ready_fd);
@@ -487,6 +486,8 @@ static void drop_ready(void) {
 	ready_pid = -1;
 }
 
+// drop_spawner forgets a spawner that failed or is gone (the init reaps it
+// like any child), and its reaper made ahead.
 static void drop_spawner(void) {
 	if (spawner_fd >= 0)
 		close(spawner_fd);
