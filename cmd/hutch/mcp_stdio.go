@@ -22,40 +22,45 @@ import (
 // waits on, when it is a pipe or a socket (as an MCP client starts its
 // server): reading it then parks a goroutine instead of holding a thread
 // in read(2), which the scheduler would have to work around at every
-// request. It is a duplicate of descriptor 0 in non-blocking mode; restore
-// puts the mode back (the open file is shared with descriptor 0 and with
-// whoever else holds it) and is safe to call more than once. Any other
-// kind of standard input is returned as os.Stdin, with a restore that does
-// nothing.
+// request. See pollableInput.
 func pollableStdin() (f io.ReadCloser, restore func(), err error) {
+	return pollableInput(0, os.Stdin)
+}
+
+// pollableInput returns a duplicate of fd in non-blocking mode, registered
+// with the poller, when fd is a pipe or a socket; restore puts the mode
+// back (the open file is shared with fd and with whoever else holds it)
+// and is safe to call more than once. Any other kind of descriptor is
+// returned as orig, with a restore that does nothing.
+func pollableInput(fd int, orig *os.File) (f io.ReadCloser, restore func(), err error) {
 	var st unix.Stat_t
-	if err := unix.Fstat(0, &st); err != nil {
+	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, nil, fmt.Errorf("stat standard input: %w", err)
 	}
 	if kind := st.Mode & unix.S_IFMT; kind != unix.S_IFIFO && kind != unix.S_IFSOCK {
-		return os.Stdin, func() {}, nil
+		return orig, func() {}, nil
 	}
-	flags, err := unix.FcntlInt(0, unix.F_GETFL, 0)
+	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the flags of standard input: %w", err)
 	}
-	fd, err := unix.FcntlInt(0, unix.F_DUPFD_CLOEXEC, 3)
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
 	if err != nil {
 		return nil, nil, fmt.Errorf("duplicate standard input: %w", err)
 	}
 	if flags&unix.O_NONBLOCK == 0 {
-		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags|unix.O_NONBLOCK); err != nil {
-			unix.Close(fd)
+		if _, err := unix.FcntlInt(uintptr(dup), unix.F_SETFL, flags|unix.O_NONBLOCK); err != nil {
+			unix.Close(dup)
 			return nil, nil, fmt.Errorf("make standard input non-blocking: %w", err)
 		}
 	}
 	restore = func() {
 		if flags&unix.O_NONBLOCK == 0 {
-			_, _ = unix.FcntlInt(0, unix.F_SETFL, flags)
+			_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags)
 		}
 	}
 	// A non-blocking descriptor makes os.NewFile register it with the poller.
-	return os.NewFile(uintptr(fd), "stdin"), restore, nil
+	return os.NewFile(uintptr(dup), "stdin"), restore, nil
 }
 
 // lineTransport is the MCP stdio transport (newline-delimited JSON-RPC

@@ -6,11 +6,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"golang.org/x/sys/unix"
 )
 
 // decodeLine decodes what the SDK's decoder decodes, to the same message,
@@ -117,4 +120,56 @@ func TestLineConnWrite(t *testing.T) {
 	if out.String() != string(want)+"\n" {
 		t.Errorf("wrote %q, want %q", out.String(), string(want)+"\n")
 	}
+}
+
+// A pipe comes back as a file in the poller (deadlines work only there),
+// reads what is written, and gets its blocking mode back; anything else
+// comes back as it was.
+func TestPollableInput(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	sc, _ := r.SyscallConn()
+	var fd int
+	sc.Control(func(u uintptr) { fd = int(u) })
+	// os.Pipe's ends are non-blocking; make this one blocking, as a
+	// client's pipe on descriptor 0 is.
+	if err := unix.SetNonblock(fd, false); err != nil {
+		t.Fatal(err)
+	}
+	f, restore, err := pollableInput(fd, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f == io.ReadCloser(r) {
+		t.Fatal("a pipe came back as it was")
+	}
+	if err := f.(*os.File).SetReadDeadline(time.Now().Add(time.Minute)); err != nil {
+		t.Errorf("the duplicate is not in the poller: %v", err)
+	}
+	w.Write([]byte("x"))
+	if b := make([]byte, 1); func() bool { n, err := f.Read(b); return n != 1 || err != nil }() {
+		t.Error("read through the duplicate failed")
+	}
+	if fl, _ := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); fl&unix.O_NONBLOCK == 0 {
+		t.Error("the shared open file is not non-blocking while served")
+	}
+	restore()
+	if fl, _ := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); fl&unix.O_NONBLOCK != 0 {
+		t.Error("restore left the open file non-blocking")
+	}
+
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	g, restore2, err := pollableInput(int(null.Fd()), null)
+	if err != nil || g != io.ReadCloser(null) {
+		t.Errorf("/dev/null: %v, %v; want it back as it was", g, err)
+	}
+	restore2()
 }
