@@ -78,7 +78,7 @@ type lineTransport struct {
 
 // Connect implements mcp.Transport.
 func (t *lineTransport) Connect(context.Context) (mcp.Connection, error) {
-	return &lineConn{r: t.r, in: bufio.NewReaderSize(t.r, 64<<10), w: t.w}, nil
+	return &lineConn{r: t.r, in: bufio.NewReaderSize(t.r, 64<<10), w: t.w, closed: make(chan struct{})}, nil
 }
 
 type lineConn struct {
@@ -87,12 +87,37 @@ type lineConn struct {
 	buf []byte // a line longer than the reader's buffer
 	wmu sync.Mutex
 	w   io.Writer
+
+	// While an initialize request is being answered, the next message
+	// waits (initDone is closed by the answer's Write): the SDK handles
+	// notifications such as notifications/initialized at once, beside its
+	// queue of requests, and a client that writes its messages without
+	// waiting for the answer (a shell pipe) would have them before the
+	// initialize they follow.
+	initMu   sync.Mutex
+	initID   jsonrpc.ID
+	initDone chan struct{}
+
+	closeOnce sync.Once
+	closed    chan struct{}
 }
 
 func (c *lineConn) SessionID() string { return "" }
 
 // Read implements mcp.Connection.
 func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	c.initMu.Lock()
+	wait := c.initDone
+	c.initMu.Unlock()
+	if wait != nil {
+		select {
+		case <-wait:
+		case <-c.closed:
+			return nil, io.EOF
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -105,7 +130,13 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		if len(line) == 0 {
 			continue
 		}
-		return decodeLine(line)
+		msg, err := decodeLine(line)
+		if req, ok := msg.(*jsonrpc.Request); ok && err == nil && req.Method == "initialize" && req.ID.IsValid() {
+			c.initMu.Lock()
+			c.initID, c.initDone = req.ID, make(chan struct{})
+			c.initMu.Unlock()
+		}
+		return msg, err
 	}
 }
 
@@ -175,10 +206,21 @@ func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 		return fmt.Errorf("encode a JSON-RPC message: %w", err)
 	}
 	c.wmu.Lock()
-	defer c.wmu.Unlock()
 	_, err = c.w.Write(append(data, '\n'))
+	c.wmu.Unlock()
+	if resp, ok := msg.(*jsonrpc.Response); ok {
+		c.initMu.Lock()
+		if c.initDone != nil && resp.ID == c.initID {
+			close(c.initDone)
+			c.initDone = nil
+		}
+		c.initMu.Unlock()
+	}
 	return err
 }
 
 // Close implements mcp.Connection.
-func (c *lineConn) Close() error { return c.r.Close() }
+func (c *lineConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.r.Close()
+}

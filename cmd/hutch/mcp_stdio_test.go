@@ -3,15 +3,21 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"reflect"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hutchsandbox/hutch/agent"
+	"github.com/hutchsandbox/hutch/policy"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"golang.org/x/sys/unix"
 )
@@ -172,4 +178,60 @@ func TestPollableInput(t *testing.T) {
 		t.Errorf("/dev/null: %v, %v; want it back as it was", g, err)
 	}
 	restore2()
+}
+
+// A client that writes initialize and notifications/initialized without
+// waiting for the answer (a shell pipe) and then closes its end gets them
+// handled in that order: what follows initialize waits for its answer.
+// Before, the SDK handled the notification first (it handles notifications
+// at once, beside its queue of requests), complained, and saw the end of
+// the input before it answered initialize.
+func TestLineConnInitializeFirst(t *testing.T) {
+	// As the server runs (oneProcessor): the reading goroutine keeps the
+	// processor while it has input.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for i := 0; i < 20; i++ {
+		ctx := context.Background()
+		var log strings.Builder
+		var mu sync.Mutex
+		lg := slog.New(slog.NewTextHandler(lockedWriter{&mu, &log}, nil))
+		srv, err := newMCPServer(ctx, &agent.Tool{Exec: writeExec{}}, policy.Default(), agent.DefaultMaxOutput, lg, lg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inR, inW, _ := os.Pipe()
+		outR, outW, _ := os.Pipe()
+		input := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}` + "\n" +
+			`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n"
+		if _, err := inW.WriteString(input); err != nil { // all at once, then the end
+			t.Fatal(err)
+		}
+		inW.Close()
+		ss, err := srv.Connect(ctx, &lineTransport{r: inR, w: outW}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outR.SetReadDeadline(time.Now().Add(10 * time.Second))
+		line, err := bufio.NewReader(outR).ReadString('\n')
+		ss.Wait()
+		outR.Close()
+		outW.Close()
+		mu.Lock()
+		logged := log.String()
+		mu.Unlock()
+		if err != nil || !strings.Contains(line, `"id":1,"result":{"capabilities"`) || strings.Contains(logged, "before initialize") {
+			t.Fatalf("round %d: answer %q, %v; log:\n%s", i, line, err, logged)
+		}
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
