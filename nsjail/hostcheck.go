@@ -83,12 +83,13 @@ func namespaceLimitAdvice() string {
 	return "a namespace limit is reached (user.max_user_namespaces or max_mnt, max_pid, max_net, max_ipc, max_uts, max_cgroup_namespaces under /proc/sys/user); raise it, or end other sandboxes"
 }
 
-// diagnoseInitFailure adds advice to a failure the init reported: an
-// ENOSPC from creating its namespaces (a prestarted init makes five of
-// them itself, after the clone) is a namespace limit.
-func diagnoseInitFailure(msg string) string {
-	if strings.Contains(msg, "namespace") && strings.HasSuffix(msg, unix.ENOSPC.Error()) {
-		return msg + ": " + namespaceLimitAdvice()
+// diagnoseInitFailure is the message of a failure the init reported, with
+// advice where it has some: an ENOSPC from creating namespaces (a
+// prestarted init makes five of them itself, after the clone) is a
+// namespace limit.
+func diagnoseInitFailure(m *message) string {
+	if m.Step == failNamespaces && m.Errno == int(unix.ENOSPC) {
+		return m.Error + ": " + namespaceLimitAdvice()
 	}
-	return msg
+	return m.Error
 }

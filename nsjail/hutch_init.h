@@ -21,7 +21,7 @@
 enum {
 	HUTCH_OP_SETUP = 1,    // supervisor -> init: build the sandbox (+ BPF memfd)
 	HUTCH_OP_READY = 2,    // init -> supervisor: built (+ root fd, proxy sockets)
-	HUTCH_OP_FAIL = 3,     // init -> supervisor: setup failed
+	HUTCH_OP_FAIL = 3,     // init -> supervisor: setup failed (errno, step, message)
 	HUTCH_OP_SPAWN = 4,    // supervisor -> init: start a command (+ fds 0,1,2[,notify])
 	HUTCH_OP_STARTED = 5,  // init -> supervisor: command started (pid)
 	HUTCH_OP_SPAWNERR = 6, // init -> supervisor: command could not start
@@ -36,6 +36,14 @@ enum {
 // socket): make a reaper ahead (reply: its pid or -errno, + the socket on
 // which it takes one spawn request).
 #define HUTCH_OP_READY_REAPER 100
+
+// The kind of step a FAIL message names; must match proto.go. Namespaces:
+// creating namespaces failed (its errno, e.g. ENOSPC from a zero
+// user.max_*_namespaces, gets advice).
+enum {
+	HUTCH_FAIL_OTHER = 0,
+	HUTCH_FAIL_NAMESPACES = 1,
+};
 
 // SPAWNERR code for a spawn through a spawner that is gone: the supervisor
 // starts the command the direct way instead (never shown to users).

@@ -245,6 +245,8 @@ __attribute__((noreturn, format(printf, 1, 2))) static void setup_fail(const cha
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	wr_head(&in.out, HUTCH_OP_FAIL, 0);
+	wr_i64(&in.out, 0); // the message says why; no step here needs its errno
+	wr_u32(&in.out, HUTCH_FAIL_OTHER);
 	wr_str(&in.out, msg);
 	send_msg(&in.out, NULL, 0);
 	_exit(1);

@@ -27,7 +27,7 @@ import (
 const (
 	opSetup    uint32 = 1 // supervisor -> init: build the sandbox + [BPF memfd]
 	opReady    uint32 = 2 // init -> supervisor: built (timings) + root fd [+ 3 proxy sockets]
-	opFail     uint32 = 3 // init -> supervisor: setup failed (Error)
+	opFail     uint32 = 3 // init -> supervisor: setup failed (Errno, Step, Error)
 	opSpawn    uint32 = 4 // supervisor -> init: start a command (Spawn) + fds 0,1,2[,notify]
 	opStarted  uint32 = 5 // init -> supervisor: command started (Pid)
 	opSpawnErr uint32 = 6 // init -> supervisor: command could not start (Code, Error)
@@ -39,6 +39,12 @@ const (
 	opSpawner uint32 = 10
 	// init -> supervisor: the spawner is ready (Code 0), or why not (Error)
 	opSpawnerReply uint32 = 11
+)
+
+// The kind of step a FAIL message names; must match hutch_init.h.
+const (
+	failOther      uint32 = 0
+	failNamespaces uint32 = 1 // creating namespaces
 )
 
 // codeNoSpawner is the spawn error of a request through a spawner that is
@@ -93,8 +99,11 @@ type message struct {
 	Status int // raw wait status
 	Signal int
 	Code   int // exit code hutch should report (spawnerr, exit)
-	Errno  int // with Code, the errno of the failed step
-	Error  string
+	Errno  int // with Code (or in a FAIL), the errno of the failed step; 0 if none was recorded
+	// Step (fail): the kind of step that failed (failNamespaces: creating
+	// namespaces; failOther: anything else).
+	Step  uint32
+	Error string
 	// Alone (exit): when the init reported this exit it had no other
 	// child, so no sandboxed process was left.
 	Alone  bool
@@ -306,6 +315,8 @@ func decode(b []byte) (*message, error) {
 		}
 		m.Hint = d.u32()
 	case opFail:
+		m.Errno = int(d.i64())
+		m.Step = d.u32()
 		m.Error = d.str()
 	case opStarted:
 		m.Pid = int(d.i64())

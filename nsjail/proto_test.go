@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/hutchsandbox/hutch/mounts"
+	"golang.org/x/sys/unix"
 )
 
 // The setup message, read field by field in init.c's order.
@@ -193,9 +194,10 @@ func TestDecodeInitMessages(t *testing.T) {
 		"short header":  {1, 0, 0},
 		"unknown op":    appendMsg(99, 0),
 		"truncated":     appendMsg(opExit, 1, int64(0)),
-		"string length": append(appendMsg(opFail, 0), 0xff, 0xff, 0, 0, 'x'),
-		"no final NUL":  append(appendMsg(opFail, 0), 1, 0, 0, 0, 'x', 'y'),
-		"NUL inside":    append(appendMsg(opFail, 0), 2, 0, 0, 0, 'x', 0, 0),
+		"string length": append(appendMsg(opFail, 0, int64(0), failOther), 0xff, 0xff, 0, 0, 'x'),
+		"no final NUL":  append(appendMsg(opFail, 0, int64(0), failOther), 1, 0, 0, 0, 'x', 'y'),
+		"NUL inside":    append(appendMsg(opFail, 0, int64(0), failOther), 2, 0, 0, 0, 'x', 0, 0),
+		"fail, no step": appendMsg(opFail, 0, int64(28)),
 	} {
 		if _, err := decode(b); err == nil {
 			t.Errorf("%s: decoded without error", name)
@@ -208,26 +210,37 @@ func TestDecodeInitMessages(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	f.Add(appendMsg(opExit, 3, int64(9), int64(127), int64(2), "x", uint32(0)))
 	f.Add(appendMsg(opReady, 0, uint32(1), "a", int64(1)))
-	f.Add(appendMsg(opFail, 0, "setup failed"))
+	f.Add(appendMsg(opFail, 0, int64(28), failNamespaces, "setup failed"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = decode(b)
 	})
 }
 
 // An init's failure gets namespace-limit advice only when it is an ENOSPC
-// from making namespaces; other failures pass unchanged.
+// from creating namespaces, as the FAIL message says (errno and the kind of
+// step, not the wording); other failures pass unchanged.
 func TestDiagnoseInitFailure(t *testing.T) {
+	dec := func(errno int64, step uint32, msg string) *message {
+		m, err := decode(appendMsg(opFail, 0, errno, step, msg))
+		if err != nil || m.Op != opFail || m.Errno != int(errno) || m.Step != step || m.Error != msg {
+			t.Fatalf("decode a FAIL: %+v, %v", m, err)
+		}
+		return m
+	}
 	plain := "start the sandbox's init: write /proc/self/uid_map: operation not permitted"
-	if got := diagnoseInitFailure(plain); got != plain {
+	if got := diagnoseInitFailure(dec(int64(unix.EPERM), failOther, plain)); got != plain {
 		t.Errorf("diagnoseInitFailure(%q) = %q, want it unchanged", plain, got)
 	}
 	full := "build: no space left on device"
-	if got := diagnoseInitFailure(full); got != full {
+	if got := diagnoseInitFailure(dec(int64(unix.ENOSPC), failOther, full)); got != full {
 		t.Errorf("an ENOSPC that is not about namespaces got advice: %q", got)
 	}
 	ns := "start the sandbox's init: create the mount, network, IPC, UTS and cgroup namespaces: no space left on device"
-	got := diagnoseInitFailure(ns)
-	if !strings.HasPrefix(got, ns+": ") || !strings.Contains(got, "raise it") || !strings.Contains(got, "user.max_") {
-		t.Errorf("diagnoseInitFailure(%q) = %q, want the limit named and how to raise it", ns, got)
+	if got := diagnoseInitFailure(dec(int64(unix.EPERM), failNamespaces, ns)); got != ns {
+		t.Errorf("a namespace failure other than ENOSPC got advice: %q", got)
+	}
+	got := diagnoseInitFailure(dec(int64(unix.ENOSPC), failNamespaces, "any wording"))
+	if !strings.HasPrefix(got, "any wording: ") || !strings.Contains(got, "raise it") || !strings.Contains(got, "user.max_") {
+		t.Errorf("diagnoseInitFailure of an ENOSPC creating namespaces = %q, want the limit named and how to raise it", got)
 	}
 }

@@ -375,7 +375,7 @@ func (s *Sandbox) configure(ctx context.Context, setup *Setup, seccomp []byte) e
 			// queue never blocks.
 			if m, fds, rerr := s.ctrl.recv(); rerr == nil && m.Op == opFail {
 				closeAll(fds)
-				return &SetupError{"build the sandbox", errors.New(diagnoseInitFailure(m.Error))}
+				return &SetupError{"build the sandbox", errors.New(diagnoseInitFailure(m))}
 			}
 		}
 		return &SetupError{"configure the sandbox", err}
@@ -403,7 +403,7 @@ func (s *Sandbox) configure(ctx context.Context, setup *Setup, seccomp []byte) e
 	case opReady:
 	case opFail:
 		closeAll(r.fds)
-		return &SetupError{"build the sandbox", errors.New(diagnoseInitFailure(r.m.Error))}
+		return &SetupError{"build the sandbox", errors.New(diagnoseInitFailure(r.m))}
 	default:
 		closeAll(r.fds)
 		return &SetupError{"build the sandbox", fmt.Errorf("unexpected message %d from init", r.m.Op)}

@@ -120,9 +120,10 @@ static int write_file(const char *path, const char *s) {
 	return w == (ssize_t)n ? 0 : -1;
 }
 
-// fail tells the supervisor, as the init would (a FAIL message on the
-// control socket), which step failed and why, and exits.
-__attribute__((noreturn)) static void fail(int ctrl, const char *what) {
+// fail_step tells the supervisor, as the init would (a FAIL message on the
+// control socket: errno, the kind of step, the message), which step failed
+// and why, and exits.
+__attribute__((noreturn)) static void fail_step(int ctrl, const char *what, uint32_t step) {
 	int e = errno;
 	char msg[256], eb[128];
 	snprintf(eb, sizeof eb, "%s", strerror(e));
@@ -133,19 +134,25 @@ __attribute__((noreturn)) static void fail(int ctrl, const char *what) {
 		n = 0;
 	if ((size_t)n >= sizeof msg)
 		n = sizeof msg - 1;
-	unsigned char b[8 + 8 + 4 + sizeof msg + 1];
+	unsigned char b[8 + 8 + 8 + 4 + 4 + sizeof msg + 1];
 	uint32_t op = HUTCH_OP_FAIL, zero = 0, len = (uint32_t)n;
 	uint64_t id = 0;
+	int64_t eno = e;
 	memcpy(b, &op, 4);
 	memcpy(b + 4, &zero, 4);
 	memcpy(b + 8, &id, 8);
-	memcpy(b + 16, &len, 4);
-	memcpy(b + 20, msg, (size_t)n);
-	b[20 + n] = 0;
-	ssize_t w = send(ctrl, b, 21 + (size_t)n, MSG_NOSIGNAL);
+	memcpy(b + 16, &eno, 8);
+	memcpy(b + 24, &step, 4);
+	memcpy(b + 28, &len, 4);
+	memcpy(b + 32, msg, (size_t)n);
+	b[32 + n] = 0;
+	ssize_t w = send(ctrl, b, 33 + (size_t)n, MSG_NOSIGNAL);
 	(void)w;
 	_exit(1);
 }
+
+// fail is fail_step for a step of no particular kind.
+__attribute__((noreturn)) static void fail(int ctrl, const char *what) { fail_step(ctrl, what, HUTCH_FAIL_OTHER); }
 
 // child runs in the new namespaces: maps itself, places its descriptors and
 // execs the init. Only async-signal-safe calls, in a process with one
@@ -170,7 +177,7 @@ __attribute__((noreturn)) static void child(int ctrl, uid_t uid, gid_t gid) {
 	// Made by root of the new user namespace, they belong to it, as
 	// clone's would.
 	if (unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP) < 0)
-		fail(ctrl, "create the mount, network, IPC, UTS and cgroup namespaces");
+		fail_step(ctrl, "create the mount, network, IPC, UTS and cgroup namespaces", HUTCH_FAIL_NAMESPACES);
 	// The plan hint goes to fd 4, out of the way of the control socket.
 	int hint = -1;
 	if (hutch_prestart_hint[0]) {
