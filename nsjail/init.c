@@ -478,25 +478,24 @@ static void add_proc(uint64_t id, pid_t pid, int status_fd) {
 static pid_t ready_pid = -1;
 static int ready_fd = -1;
 
-// drop_ready forgets the reaper made ahead, killing it if it lives.
-static void drop_ready(void) {
-	if (ready_fd >= 0)
-		close(ready_fd);
-	ready_fd = -1;
-	if (ready_pid > 0)
-		kill(ready_pid, SIGKILL);
-	ready_pid = -1;
+// drop_child forgets a helper child of the init (the spawner, a reaper
+// made ahead): closes its socket and kills it while *pid is set (the init
+// reaps it like any child; set *pid to -1 first to leave it running).
+static void drop_child(pid_t *pid, int *fd) {
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+	if (*pid > 0)
+		kill(*pid, SIGKILL);
+	*pid = -1;
 }
 
-// drop_spawner forgets a spawner that failed or is gone (the init reaps it
-// like any child), and its reaper made ahead.
+static void drop_ready(void) { drop_child(&ready_pid, &ready_fd); }
+
+// drop_spawner forgets a spawner that failed or is gone, and its reaper
+// made ahead.
 static void drop_spawner(void) {
-	if (spawner_fd >= 0)
-		close(spawner_fd);
-	spawner_fd = -1;
-	if (spawner_pid > 0)
-		kill(spawner_pid, SIGKILL);
-	spawner_pid = -1;
+	drop_child(&spawner_pid, &spawner_fd);
 	drop_ready();
 }
 
@@ -541,12 +540,12 @@ static pid_t spawn_via_ready(const unsigned char *raw, size_t rawlen, const int 
 	if (ready_fd < 0)
 		return 0;
 	int out[4] = {fds[0], fds[1], fds[2], status_w};
-	pid_t pid = send_raw_on(ready_fd, raw, rawlen, out, 4) == 0 ? ready_pid : 0;
-	close(ready_fd);
-	ready_fd = -1;
-	if (pid == 0 && ready_pid > 0)
-		kill(ready_pid, SIGKILL);
-	ready_pid = -1;
+	pid_t pid = 0;
+	if (send_raw_on(ready_fd, raw, rawlen, out, 4) == 0) {
+		pid = ready_pid;
+		ready_pid = -1; // it runs the command now
+	}
+	drop_ready(); // kills it only if it could not take the request
 	return pid;
 }
 

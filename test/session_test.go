@@ -52,13 +52,8 @@ func sessionPid(t *testing.T, ws, name string) int {
 func initsOf(pid int) []int {
 	var out []int
 	for _, p := range processesWith("hutch:init") {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i > 0 {
-			f := strings.Fields(s[i+1:])
-			if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-				out = append(out, p)
-			}
+		if f := statFields(p); len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, p)
 		}
 	}
 	return out
@@ -332,14 +327,22 @@ func spawnerPid(t *testing.T, ws, name string) int {
 	return oldest
 }
 
+// statFields is /proc/PID/stat after the command name: f[0] is field 3
+// (the state), f[1] the parent's pid, f[19] the start time; nil when the
+// process is gone.
+func statFields(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if err != nil || i < 0 {
+		return nil
+	}
+	return strings.Fields(s[i+1:])
+}
+
 // startTicks is a process's start time (field 22 of /proc/PID/stat).
 func startTicks(pid int) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ^uint64(0)
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndex(s, ")")+1:])
+	f := statFields(pid)
 	if len(f) < 20 {
 		return ^uint64(0)
 	}
