@@ -27,6 +27,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seclog"
 )
@@ -240,11 +242,11 @@ func (t *Tool) RunArgv(ctx context.Context, argv []string, cwd string, timeout t
 		grace = DefaultDrainGrace
 	}
 
-	outR, outW, err := os.Pipe()
+	outR, outW, err := capturePipe()
 	if err != nil {
 		return RunCommandResult{}, fmt.Errorf("create the stdout pipe: %w", err)
 	}
-	errR, errW, err := os.Pipe()
+	errR, errW, err := capturePipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
@@ -303,6 +305,25 @@ func (t *Tool) RunArgv(ctx context.Context, argv []string, cwd string, timeout t
 		r.Events = append(r.Events, fmt.Sprintf("hutch: stopped reading output %s after the command ended: a background process still holds stdout or stderr open", grace))
 	}
 	return r, nil
+}
+
+// capturePipe makes a pipe for a command's output: the read end in Go's
+// poller, the write end a plain blocking descriptor to hand to the sandbox.
+// os.Pipe would put both ends in the poller, and the write end would then
+// cost two mode switches when its descriptor is passed on and a poller
+// removal when it is closed: ~10 system calls per call for nothing.
+func capturePipe() (r, w *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return nil, nil, fmt.Errorf("pipe2: %w", err)
+	}
+	// O_NONBLOCK is a flag of each end's open file: the command's end blocks.
+	if _, err := unix.FcntlInt(uintptr(p[1]), unix.F_SETFL, 0); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, nil, fmt.Errorf("clear O_NONBLOCK on the pipe's write end: %w", err)
+	}
+	return os.NewFile(uintptr(p[0]), "|0"), os.NewFile(uintptr(p[1]), "|1"), nil
 }
 
 // TruncationMarker is the line that ends kept output when the rest was
