@@ -48,11 +48,14 @@ func serveMCP(c *cli.Context) error {
 	if c.Bool("debug") {
 		level = slog.LevelDebug
 	}
-	// Standard output is the protocol: every log line goes to stderr.
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// Standard output is the protocol: every log line goes to stderr,
+	// written after the response of the call that made it.
+	later := newLaterLog(laterLogWait)
+	defer later.Close()
+	logger := slog.New(later.Handler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
 	sandboxLogger := logger
 	if !c.Bool("debug") {
-		sandboxLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		sandboxLogger = slog.New(later.Handler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	}
 
 	p, err := effectivePolicy(c)
@@ -114,7 +117,7 @@ func serveMCP(c *cli.Context) error {
 		return &exitError{hutch.ExitSetup, "hutch: mcp: " + err.Error()}
 	}
 	defer restoreStdin()
-	err = server.Run(ctx, &lineTransport{r: stdin, w: os.Stdout})
+	err = server.Run(ctx, &lineTransport{r: stdin, w: os.Stdout, written: later.Release})
 	switch {
 	case err == nil, errors.Is(err, context.Canceled), ctx.Err() != nil:
 		logger.Info("hutch mcp: stopped")
@@ -197,7 +200,34 @@ func newMCPServer(lifetime context.Context, tool *agent.Tool, p *policy.Policy, 
 
 // decodeRunCommandInput decodes run_command's arguments strictly: a JSON
 // object with only the fields of agent.RunCommandInput, each of its type.
+// Plain arguments (strings without escapes, an integer, a boolean, each
+// once) are read directly; anything else goes through encoding/json.
 func decodeRunCommandInput(raw json.RawMessage) (agent.RunCommandInput, error) {
+	var in agent.RunCommandInput
+	if validObject(raw) && objectMembers(raw, func(key string, v []byte) bool {
+		var ok bool
+		switch key {
+		case "command":
+			in.Command, ok = plainString(v)
+		case "cwd":
+			in.Cwd, ok = plainString(v)
+		case "timeout_seconds":
+			var n int64
+			n, ok = plainInt(v)
+			in.TimeoutSeconds = int(n)
+			ok = ok && int64(in.TimeoutSeconds) == n
+		case "fresh":
+			in.Fresh, ok = string(v) == "true", string(v) == "true" || string(v) == "false"
+		}
+		return ok
+	}) {
+		return in, nil
+	}
+	return decodeRunCommandInputJSON(raw)
+}
+
+// decodeRunCommandInputJSON is decodeRunCommandInput through encoding/json.
+func decodeRunCommandInputJSON(raw json.RawMessage) (agent.RunCommandInput, error) {
 	var in agent.RunCommandInput
 	if len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 		return in, errors.New("arguments missing: pass an object with \"command\" (a shell command line)")

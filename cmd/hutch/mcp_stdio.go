@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -74,11 +75,13 @@ func pollableInput(fd int, orig *os.File) (f io.ReadCloser, restore func(), err 
 type lineTransport struct {
 	r io.ReadCloser
 	w io.Writer
+	// written, if set, is called after each response is written.
+	written func()
 }
 
 // Connect implements mcp.Transport.
 func (t *lineTransport) Connect(context.Context) (mcp.Connection, error) {
-	return &lineConn{r: t.r, in: bufio.NewReaderSize(t.r, 64<<10), w: t.w, closed: make(chan struct{})}, nil
+	return &lineConn{r: t.r, in: bufio.NewReaderSize(t.r, 64<<10), w: t.w, written: t.written, closed: make(chan struct{})}, nil
 }
 
 type lineConn struct {
@@ -87,6 +90,8 @@ type lineConn struct {
 	buf []byte // a line longer than the reader's buffer
 	wmu sync.Mutex
 	w   io.Writer
+
+	written func()
 
 	// While an initialize request is being answered, the next message
 	// waits (initDone is closed by the answer's Write): the SDK handles
@@ -172,6 +177,9 @@ func decodeLine(line []byte) (jsonrpc.Message, error) {
 	if line[0] == '[' {
 		return nil, errors.New("JSON-RPC batches are not supported: send one message per line")
 	}
+	if msg, ok := decodeRequestFast(line); ok {
+		return msg, nil
+	}
 	var m map[string]json.RawMessage
 	if json.Unmarshal(line, &m) != nil || m["method"] == nil || m["result"] != nil || m["error"] != nil {
 		return jsonrpc.DecodeMessage(line) // the SDK's decoder, and its errors
@@ -196,12 +204,55 @@ func decodeLine(line []byte) (jsonrpc.Message, error) {
 	return &jsonrpc.Request{ID: id, Method: method, Params: m["params"]}, nil
 }
 
+// decodeRequestFast decodes a request or notification of the common shape:
+// the members jsonrpc ("2.0"), method (a string without escapes), id (an
+// integer or a string without escapes; absent for a notification) and
+// params, nothing else. For any other line it returns false and decodeLine
+// decodes it the general way, with the same result where both apply.
+func decodeRequestFast(line []byte) (jsonrpc.Message, bool) {
+	if !validObject(line) {
+		return nil, false
+	}
+	var req jsonrpc.Request
+	var tag, method bool
+	ok := objectMembers(line, func(key string, v []byte) bool {
+		switch key {
+		case "jsonrpc":
+			tag = string(v) == `"2.0"`
+			return tag
+		case "method":
+			req.Method, method = plainString(v)
+			return method
+		case "id":
+			var id any
+			if n, ok := plainInt(v); ok {
+				id = float64(n) // as the SDK's decoder reads any number
+			} else if s, ok := plainString(v); ok {
+				id = s
+			} else {
+				return false
+			}
+			var err error
+			req.ID, err = jsonrpc.MakeID(id)
+			return err == nil
+		case "params":
+			req.Params = json.RawMessage(v)
+			return true
+		}
+		return false
+	})
+	if !ok || !tag || !method {
+		return nil, false
+	}
+	return &req, true
+}
+
 // Write implements mcp.Connection.
 func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	data, err := jsonrpc.EncodeMessage(msg)
+	data, err := encodeMessage(msg)
 	if err != nil {
 		return fmt.Errorf("encode a JSON-RPC message: %w", err)
 	}
@@ -215,8 +266,29 @@ func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 			c.initDone = nil
 		}
 		c.initMu.Unlock()
+		if c.written != nil {
+			c.written()
+		}
 	}
 	return err
+}
+
+// encodeMessage is jsonrpc.EncodeMessage, with a successful response to a
+// numbered request put together directly: its result is already the SDK's
+// compact encoding, which EncodeMessage would copy through a validating
+// pass after encoding the envelope by reflection.
+func encodeMessage(msg jsonrpc.Message) ([]byte, error) {
+	if r, ok := msg.(*jsonrpc.Response); ok && r.Error == nil && len(r.Result) > 0 && bytes.IndexByte(r.Result, '\n') < 0 {
+		if id, ok := r.ID.Raw().(int64); ok {
+			b := make([]byte, 0, len(r.Result)+48)
+			b = append(b, `{"jsonrpc":"2.0","id":`...)
+			b = strconv.AppendInt(b, id, 10)
+			b = append(b, `,"result":`...)
+			b = append(b, r.Result...)
+			return append(b, '}'), nil
+		}
+	}
+	return jsonrpc.EncodeMessage(msg)
 }
 
 // Close implements mcp.Connection.

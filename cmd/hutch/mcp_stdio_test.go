@@ -25,28 +25,7 @@ import (
 // decodeLine decodes what the SDK's decoder decodes, to the same message,
 // and refuses what it refuses.
 func TestDecodeLineMatchesSDK(t *testing.T) {
-	for _, line := range []string{
-		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_command","arguments":{"command":"ls"}}}`,
-		`{"jsonrpc":"2.0","id":"abc","method":"tools/list"}`,
-		`{"jsonrpc":"2.0","id":7.0,"method":"ping","params":null}`,
-		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
-		`{"jsonrpc":"2.0","id":null,"method":"notifications/cancelled","params":{"requestId":1}}`,
-		`{"params":{},"method":"ping","id":2,"jsonrpc":"2.0","extra":true}`,
-		`{"jsonrpc":"2.0","id":3,"method":""}`,
-		`{"jsonrpc":"2.0","id":3,"method":null}`,
-		`{"jsonrpc":"2.0","id":4,"result":{}}`,
-		`{"jsonrpc":"2.0","id":5,"error":{"code":-32601,"message":"no"}}`,
-		`{"jsonrpc":"2.0","id":6,"method":"ping","result":{}}`,
-		`{"jsonrpc":"1.0","id":1,"method":"ping"}`,
-		`{"id":1,"method":"ping"}`,
-		`{"jsonrpc":"2.0","id":1,"method":5}`,
-		`{"jsonrpc":"2.0","id":{"x":1},"method":"ping"}`,
-		`{"jsonrpc":"2.0","id":true,"method":"ping"}`,
-		`{"jsonrpc":"2.0","ID":1,"Method":"ping"}`,
-		`{"jsonrpc":"2.0","id":1,"method":"ping"`,
-		`"just a string"`,
-		`{}`,
-	} {
+	for _, line := range decodeLineCases {
 		got, gerr := decodeLine([]byte(line))
 		want, werr := jsonrpc.DecodeMessage([]byte(line))
 		if (gerr != nil) != (werr != nil) {
@@ -57,6 +36,85 @@ func TestDecodeLineMatchesSDK(t *testing.T) {
 			t.Errorf("%s:\n got %#v\nwant %#v", line, got, want)
 		}
 	}
+}
+
+// The direct decoding takes the common requests (this fails if it stopped
+// taking them: the general path would hide it) and nothing it would decode
+// differently from the SDK.
+func TestDecodeRequestFast(t *testing.T) {
+	for _, line := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_command","arguments":{"command":"ls"}}}`,
+		`{"jsonrpc":"2.0","id":"abc","method":"tools/list"}`,
+		` { "method" : "ping" , "jsonrpc" : "2.0" , "id" : -3 } `,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+	} {
+		if _, ok := decodeRequestFast([]byte(line)); !ok {
+			t.Errorf("%s: not taken directly", line)
+		}
+	}
+	for _, line := range decodeLineCases {
+		checkDecodeRequestFast(t, line)
+	}
+}
+
+func checkDecodeRequestFast(t *testing.T, line string) {
+	got, ok := decodeRequestFast([]byte(line))
+	if !ok {
+		return
+	}
+	want, err := jsonrpc.DecodeMessage([]byte(line))
+	if err != nil || !reflect.DeepEqual(normalize(got), normalize(want)) {
+		t.Errorf("%s:\n direct %#v\n   SDK %#v, %v", line, got, want, err)
+	}
+}
+
+// FuzzDecodeRequestFast: whatever the direct decoding takes, the SDK
+// decodes to the same message.
+func FuzzDecodeRequestFast(f *testing.F) {
+	for _, line := range decodeLineCases {
+		f.Add(line)
+	}
+	f.Fuzz(checkDecodeRequestFast)
+}
+
+var decodeLineCases = []string{
+	`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_command","arguments":{"command":"ls"}}}`,
+	`{"jsonrpc":"2.0","id":"abc","method":"tools/list"}`,
+	`{"jsonrpc":"2.0","id":7.0,"method":"ping","params":null}`,
+	`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+	`{"jsonrpc":"2.0","id":null,"method":"notifications/cancelled","params":{"requestId":1}}`,
+	`{"params":{},"method":"ping","id":2,"jsonrpc":"2.0","extra":true}`,
+	`{"jsonrpc":"2.0","id":3,"method":""}`,
+	`{"jsonrpc":"2.0","id":3,"method":null}`,
+	`{"jsonrpc":"2.0","id":4,"result":{}}`,
+	`{"jsonrpc":"2.0","id":5,"error":{"code":-32601,"message":"no"}}`,
+	`{"jsonrpc":"2.0","id":6,"method":"ping","result":{}}`,
+	`{"jsonrpc":"1.0","id":1,"method":"ping"}`,
+	`{"id":1,"method":"ping"}`,
+	`{"jsonrpc":"2.0","id":1,"method":5}`,
+	`{"jsonrpc":"2.0","id":{"x":1},"method":"ping"}`,
+	`{"jsonrpc":"2.0","id":true,"method":"ping"}`,
+	`{"jsonrpc":"2.0","ID":1,"Method":"ping"}`,
+	`{"jsonrpc":"2.0","id":1,"method":"ping"`,
+	`"just a string"`,
+	`{}`,
+	`{"jsonrpc":"2.0","id":1,"method":"ping","id":2}`,
+	`{"jsonrpc":"2.0","id":1e2,"method":"ping"}`,
+	`{"jsonrpc":"2.0","id":-0,"method":"ping"}`,
+	`{"jsonrpc":"2.0","id":9007199254740993,"method":"ping"}`,
+	`{"jsonrpc":"2.0","id":99999999999999999999,"method":"ping"}`,
+	`{"jsonrpc":"2.0","id":"a\"b","method":"ping"}`,
+	`{"jsonrpc":"2.0","id":1,"method":"to\u006fls/list"}`,
+	`{"jsonrpc":"\u0032.0","id":1,"method":"ping"}`,
+	`{"jsonrpc":"2.0","id":1,"method":"ping","params":[1,{"a":"}"}]}`,
+	`{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"\\"}}`,
+	`{"jsonrpc":"2.0","id":1,"method":"ping"} x`,
+	`{"jsonrpc":"2.0","id":1,"method":"ping"}{}`,
+	`{"jsonrpc":"2.0","id":1,"method":"ping",}`,
+	`{"jsonrpc":"2.0","id":1,"method":"ping","params":{"a":1}`,
+	`{"jsonrpc":"2.0","id":1,"meth\u006fd":"ping"}`,
+	`{"jsonrpc" : "2.0" ,"id":1 ,"method":"ping"}`,
+	"{\"jsonrpc\":\"2.0\",\"id\":\"\xff\",\"method\":\"\xe0\"}",
 }
 
 // normalize makes equal messages compare equal: params that are absent,
@@ -115,16 +173,27 @@ func TestLineConnTooLong(t *testing.T) {
 
 // Write puts one message per line, encoded as the SDK encodes it.
 func TestLineConnWrite(t *testing.T) {
-	var out strings.Builder
-	c, _ := (&lineTransport{r: io.NopCloser(strings.NewReader("")), w: &out}).Connect(context.Background())
-	id, _ := jsonrpc.MakeID(float64(9))
-	msg := &jsonrpc.Response{ID: id, Result: []byte(`{"ok":true}`)}
-	if err := c.Write(context.Background(), msg); err != nil {
-		t.Fatal(err)
-	}
-	want, _ := jsonrpc.EncodeMessage(msg)
-	if out.String() != string(want)+"\n" {
-		t.Errorf("wrote %q, want %q", out.String(), string(want)+"\n")
+	num, _ := jsonrpc.MakeID(float64(9))
+	neg, _ := jsonrpc.MakeID(float64(-12))
+	str, _ := jsonrpc.MakeID("a<b")
+	for _, msg := range []jsonrpc.Message{
+		&jsonrpc.Response{ID: num, Result: []byte(`{"ok":true}`)},
+		&jsonrpc.Response{ID: neg, Result: []byte(`{"text":"a <b> & \u2028 \u00e9 é \\n","n":[1,2.5,null]}`)},
+		&jsonrpc.Response{ID: num, Result: []byte("{\"t\":\"\u2028\u2029<>&\"}")},
+		&jsonrpc.Response{ID: str, Result: []byte(`{}`)},
+		&jsonrpc.Response{ID: num, Error: &jsonrpc.Error{Code: -32601, Message: "no"}},
+		&jsonrpc.Request{ID: num, Method: "ping"},
+		&jsonrpc.Request{Method: "notifications/progress", Params: []byte(`{"progress":1}`)},
+	} {
+		var out strings.Builder
+		c, _ := (&lineTransport{r: io.NopCloser(strings.NewReader("")), w: &out}).Connect(context.Background())
+		if err := c.Write(context.Background(), msg); err != nil {
+			t.Fatal(err)
+		}
+		want, _ := jsonrpc.EncodeMessage(msg)
+		if out.String() != string(want)+"\n" {
+			t.Errorf("wrote %q, want %q", out.String(), string(want)+"\n")
+		}
 	}
 }
 

@@ -40,6 +40,67 @@ func TestDecodeRunCommandInput(t *testing.T) {
 	}
 }
 
+// The direct decoding takes plain arguments (this fails if it stopped
+// taking them) and agrees with encoding/json wherever it takes them.
+func TestDecodeRunCommandInputDirect(t *testing.T) {
+	for _, raw := range []string{
+		`{"command":"ls","cwd":"src","timeout_seconds":5,"fresh":true}`,
+		` {"fresh":false, "command":"echo hi"} `,
+		`{}`,
+	} {
+		var taken bool
+		if validObject([]byte(raw)) {
+			taken = objectMembers([]byte(raw), func(string, []byte) bool { return true })
+		}
+		if !taken {
+			t.Errorf("%s: not taken directly", raw)
+		}
+		checkDecodeRunCommandInput(t, raw)
+	}
+	for _, raw := range runCommandInputCases {
+		checkDecodeRunCommandInput(t, raw)
+	}
+}
+
+func checkDecodeRunCommandInput(t *testing.T, raw string) {
+	got, gerr := decodeRunCommandInput(json.RawMessage(raw))
+	want, werr := decodeRunCommandInputJSON(json.RawMessage(raw))
+	if got != want || (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
+		t.Errorf("%s:\n got %+v, %v\nwant %+v, %v", raw, got, gerr, want, werr)
+	}
+}
+
+// FuzzDecodeRunCommandInput: the direct decoding and encoding/json agree.
+func FuzzDecodeRunCommandInput(f *testing.F) {
+	for _, raw := range runCommandInputCases {
+		f.Add(raw)
+	}
+	f.Fuzz(checkDecodeRunCommandInput)
+}
+
+var runCommandInputCases = []string{
+	`{"command":"ls","cwd":"src","timeout_seconds":5,"fresh":true}`,
+	`{"command":"a\"b","cwd":"\u0073rc"}`,
+	`{"command":"x","command":"y"}`,
+	`{"Command":"x"}`,
+	`{"command":null}`,
+	`{"command":"x","timeout_seconds":1.5}`,
+	`{"command":"x","timeout_seconds":1e3}`,
+	`{"command":"x","timeout_seconds":-1}`,
+	`{"command":"x","timeout_seconds":99999999999999999999}`,
+	`{"command":"x","fresh":1}`,
+	`{"command":"x","fresh":null}`,
+	`{"command":"x"} {}`,
+	`{"command":"x",}`,
+	`{"command":["x"]}`,
+	`[]`,
+	`null`,
+	``,
+	`"x"`,
+	`{"command":"\t"}`,
+	"{\"command\":\"\xe0\"}",
+}
+
 // writeExec is an executor that runs nothing and writes out to stdout.
 type writeExec struct{ out []byte }
 
