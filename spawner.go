@@ -189,15 +189,24 @@ func (s *Session) recorderFor(tid uint32) *seclog.Recorder {
 		if len(pending) == 0 || attempt > 0 {
 			break
 		}
-		// A command whose start the init has not reported yet: wait a
-		// little for its reaper's pid, then look again.
-		deadline := time.After(100 * time.Millisecond)
+		// Commands whose reaper pids the init has not reported: ask (it
+		// reports those from the spawner only when asked), wait a little,
+		// then look again.
+		if err := s.sb.RequestPids(); err != nil {
+			break
+		}
+		// One deadline for all (its channel fires once: a second wait on it
+		// would last until that command ended, holding the notification).
+		deadline := time.NewTimer(100 * time.Millisecond)
+	wait:
 		for _, p := range pending {
 			select {
 			case <-p.Started():
-			case <-deadline:
+			case <-deadline.C:
+				break wait
 			}
 		}
+		deadline.Stop()
 	}
 	return s.rec
 }

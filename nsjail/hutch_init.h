@@ -30,6 +30,7 @@ enum {
 	HUTCH_OP_LANDLOCK = 9, // supervisor -> init: the Landlock ruleset (+ fd)
 	HUTCH_OP_SPAWNER = 10, // supervisor -> init: start the session's spawner (+ scope ruleset[, notify])
 	HUTCH_OP_SPAWNER_REPLY = 11, // init -> supervisor: the spawner is ready, or why not
+	HUTCH_OP_PIDS = 12,          // supervisor -> init: send STARTED for the commands not announced
 };
 
 // Between the init and a session's spawner only (not on the supervisor's

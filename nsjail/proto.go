@@ -39,6 +39,9 @@ const (
 	opSpawner uint32 = 10
 	// init -> supervisor: the spawner is ready (Code 0), or why not (Error)
 	opSpawnerReply uint32 = 11
+	// supervisor -> init: send opStarted for each command not announced
+	// (those from the spawner are announced only when asked)
+	opPids uint32 = 12
 )
 
 // The kind of step a FAIL message names; must match hutch_init.h.
@@ -210,7 +213,7 @@ func (m *message) encode() ([]byte, error) {
 		e.strs("environment variable", sp.Env)
 	case opSignal:
 		e.i64(int64(m.Signal))
-	case opLandlock:
+	case opLandlock, opPids:
 	case opSpawner:
 		var fl uint32
 		if m.SpawnerNotify {

@@ -661,8 +661,15 @@ func (s *Sandbox) Exec(req *ExecRequest) (*Process, error) {
 }
 
 // Started is closed when the init reported the command started (Pid is set
-// then) or the command ended without starting.
+// then) or the command ended without starting. The init reports a command
+// started directly at once, one from the spawner when asked (RequestPids).
 func (p *Process) Started() <-chan struct{} { return p.started }
+
+// RequestPids asks the init to report the commands from the spawner that
+// it has started and not reported (each Process's Started then closes).
+func (s *Sandbox) RequestPids() error {
+	return s.ctrl.send(&message{Op: opPids})
+}
 
 // Wait blocks until the command ends.
 func (p *Process) Wait() ExitInfo {
