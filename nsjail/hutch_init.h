@@ -175,6 +175,10 @@ void hutch_spawned_command(const char *rlimits, const char *cwd, char **argv) __
 // descriptor closed. It exits when any of it fails.
 void hutch_ready_prepare(const char *rlimits);
 
+// hutch_reaper_pretouch touches ahead, in a reaper made ahead, what its
+// reaper code first touches once the command runs and once it ends.
+void hutch_reaper_pretouch(void);
+
 // hutch_ready_command runs a prepared reaper's command once its request
 // placed stdio on 0-2 and the status pipe on 3: working directory, then
 // argv as the command's reaper. It never returns.

@@ -660,15 +660,28 @@ static void parse_request(unsigned char *buf, size_t n, const char **cwd, char *
 	environ = envp;
 }
 
-// pretouch writes to the stack and heap a reaper will use, so that their
-// copy-on-write faults (a few us each in this VM) are taken while it
-// waits, not while a command starts.
+// pretouch writes to the stack and heap a reaper will use, and runs the
+// code it will run, so that their page faults (a few us each in this VM;
+// see hutch_reaper_pretouch) are taken while it waits, not while a command
+// starts: the request's parsing (memchr, the allocator's state: a block
+// too large for its per-thread cache goes through the arena), environ.
 __attribute__((noinline)) static void pretouch(unsigned char *buf) {
 	volatile unsigned char stack[32 << 10];
 	for (size_t i = 0; i < sizeof stack; i += 4096)
 		stack[i] = 0;
+	stack[sizeof stack - 1] = 0; // the page next to the callers' frames
 	memset(buf, 0, 64 << 10);
-	free(calloc(64, sizeof(char *)));
+	// The empty asm statements keep the calls: a compiler drops a free of
+	// an unused allocation, and a call whose result is unused.
+	const void *m = memchr(buf, 1, 64);
+	__asm__ volatile("" : : "r"(m) : "memory");
+	void *small = calloc(64, sizeof(char *)), *large = malloc(4096);
+	__asm__ volatile("" : : "r"(small), "r"(large) : "memory");
+	free(small);
+	free(large);
+	char **volatile *ep = &environ;
+	*ep = *ep;
+	hutch_reaper_pretouch();
 }
 
 // ready_main is a reaper forked ahead by the spawner: it applies what does
