@@ -246,6 +246,61 @@ func TestLingeringWriterCutOff(t *testing.T) {
 	}
 }
 
+// A call uses the capture made after the one before (never a pipe a sandbox
+// had: a writer still holding the earlier call's stdout reaches nothing of
+// the next call), and Close ends the one made ahead.
+func TestCaptureMadeAhead(t *testing.T) {
+	var held int
+	f := &fakeExec{fn: func(req ExecRequest) (ExecResult, error) {
+		if held == 0 {
+			fd, err := syscall.Dup(int(req.Stdout.Fd()))
+			if err != nil {
+				return ExecResult{}, err
+			}
+			held = fd
+		}
+		req.Stdout.WriteString("out\n")
+		return ExecResult{}, nil
+	}}
+	defer func() { syscall.Close(held) }()
+	tool := &Tool{Exec: f, DrainGrace: 50 * time.Millisecond}
+	spare := func() *outputCapture {
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			tool.spareMu.Lock()
+			c := tool.spare
+			tool.spareMu.Unlock()
+			if c != nil {
+				return c
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no capture made ahead within 5 s")
+			}
+		}
+	}
+	if _, err := runWithin(t, tool, RunCommandInput{Command: "x"}, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	next := spare()
+	syscall.Write(held, []byte("late\n")) // the first call's stdout, still held
+	r, err := runWithin(t, tool, RunCommandInput{Command: "x"}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.last(t).Stdout; got != next.outW {
+		t.Errorf("the call made its own capture instead of the one made ahead")
+	}
+	if r.Stdout != "out\n" {
+		t.Errorf("stdout %q: an earlier call's writer reached it", r.Stdout)
+	}
+	last := spare()
+	if err := tool.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := last.outR.Stat(); err == nil {
+		t.Error("Close left the capture made ahead open")
+	}
+}
+
 func TestResolveCwd(t *testing.T) {
 	ok := map[string]string{
 		"":                   "/workspace",
