@@ -517,13 +517,6 @@ static void drop_spawner(void) {
 // set-up that does not depend on the command (its Landlock scope layer,
 // subreaper, rlimits; hutch_ready_prepare). Without one, a command starts
 // through the spawner as before.
-//
-// The init asks when the spawner starts and after each command's end is
-// reported: a reaper made while the command it follows starts (~45 page
-// faults, ~0.3 ms of CPU here) competed with that start for this VM's two
-// CPUs (+45 us a call); made after a command ends, it is ready long before
-// an agent's next call. A command that starts while another runs goes
-// through the spawner.
 static void get_ready(void) {
 	if (spawner_pid <= 0 || ready_fd >= 0)
 		return;
@@ -938,6 +931,7 @@ static void do_spawn(uint64_t id, struct hutch_rd *r, const unsigned char *raw, 
 			goto out;
 		}
 		add_proc(id, pid, pr[0], 0);
+		get_ready(); // the next command's, while this one starts
 		goto out;
 	}
 	if (spawned++ == 1 && userns_fd < 0)
@@ -1043,7 +1037,6 @@ static void report_exit(const struct proc *p, int status) {
 	wr_str(&in.out, what);
 	wr_u32(&in.out, alone);
 	send_msg(&in.out, NULL, 0);
-	get_ready();
 }
 
 // status_ready reads a command's status pipe when the init's loop saw it

@@ -371,14 +371,10 @@ func TestSessionSpawnerIsolated(t *testing.T) {
 			t.Errorf("the spawner lacks %q:\n%s", want, b)
 		}
 	}
-	// The init has the next command's reaper made when a command ends. So
-	// the probe runs while another command (touch /tmp/go) starts and
-	// ends; the reaper made after it is then the init's process other than
-	// the spawner and the probe's own reaper (the shell's parent).
+	// The reaper made ahead is the init's process other than the spawner
+	// and this command's own reaper (the shell's parent); it is made as
+	// this command starts.
 	script := `S=` + inner + `
-: > /tmp/probe.started
-for i in $(seq 200); do [ -e /tmp/go ] && break; sleep 0.05; done
-sleep 0.3 # the other command's reaper exits right after its end
 R=
 for i in $(seq 100); do
 	for p in /proc/[0-9]*; do
@@ -398,19 +394,7 @@ for who in S R; do
 	for sig in STOP KILL 0; do kill -$sig $P 2>/dev/null && echo "$who signal $sig: yes" || echo "$who signal $sig: no"; done
 done
 `
-
-	probe := make(chan result, 1)
-	go func() { probe <- hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c", script) }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if r := hutch(t, opts{dir: ws}, "exec", name, "--", "test", "-e", "/tmp/probe.started"); r.code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the probe did not start within 10 s")
-		}
-	}
-	mustCode(t, hutch(t, opts{dir: ws}, "exec", name, "--", "touch", "/tmp/go"), 0)
-	r := <-probe
+	r := hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c", script)
 	mustCode(t, r, 0)
 	if strings.Contains(r.stdout, "ahead: none") {
 		t.Errorf("no reaper made ahead of the next command:\n%s%s", r.stdout, r.stderr)
