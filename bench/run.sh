@@ -20,7 +20,8 @@
 # first calls of a session weigh nothing; 0 skips them),
 # BENCH_CRUN=0 (skip the crun reference), BENCH_INSTALL=0 (never apt-get),
 # BENCH_NICE (as root, the run's niceness, default -10; 0 = unchanged),
-# BENCH_IL_RUNS (rounds of the interleaved cold start, default 100).
+# BENCH_IL_RUNS (rounds of the interleaved cold start, default 100),
+# BENCH_IL_STEADY_RUNS (rounds of the interleaved steady state, default 30).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -312,6 +313,25 @@ if command -v gcc >/dev/null; then
 else
 	skip "gcc: not installed; compile benchmark left out"
 fi
+
+# The same steady state interleaved (one run of each command per round,
+# BENCH_IL_STEADY_RUNS rounds, default 30): the loop's host median moved by
+# 10% between hyperfine invocations of one run, more than the 5% the target
+# allows, and interleaving puts that drift on every command alike.
+il=(host "$LOOP")
+[ "$HAVE_BWRAP" = 1 ] && il+=(bwrap "$BW $LOOP")
+il+=(hutch "$BIN run -- $LOOP")
+[ "$HAVE_SESSION" = 1 ] && il+=(hutch-exec "$BIN exec $SESSION -- $LOOP")
+if command -v gcc >/dev/null; then
+	il+=(gcc-host "$GCC")
+	[ "$HAVE_BWRAP" = 1 ] && il+=(gcc-bwrap "$BW $GCC")
+	il+=(gcc-hutch "$BIN run -- $GCC")
+	[ "$HAVE_SESSION" = 1 ] && il+=(gcc-hutch-exec "$BIN exec $SESSION -- $GCC")
+fi
+warm
+say "group steady-interleaved"
+as_user python3 "$WORK/interleave.py" "${BENCH_IL_STEADY_RUNS:-30}" "$WARMUP" "$UOUT/steady-interleaved.json" "${il[@]}"
+cp "$UOUT/steady-interleaved.json" "$OUT/steady-interleaved.json"
 
 # --- exec into a running session / container --------------------------------------
 CRUN_OK=0

@@ -123,6 +123,23 @@ if gcc and "hutch" in gcc:
             r = gcc[n]["median"] / gcc["host"]["median"]
             verdict(f"steady gcc {n} <= 1.05x host", r <= 1.05, f"{r:.2f}x ({ms(gcc[n]['median']):.1f} vs {ms(gcc['host']['median']):.1f} ms, startup included)")
 
+sil = load("steady-interleaved")
+if sil is not None:
+    p("## Steady state, interleaved: one run of each command per round (steady-interleaved.json)")
+    p(f"{'command':<24} {'median':>9} {'p25-p75':>17} {'min':>8} {'/host':>8}")
+    for name, r in sil.items():
+        t = r["times"]
+        base = sil.get("gcc-host" if name.startswith("gcc-") else "host")
+        row = f"{name:<24} {ms(r['median']):8.2f}m {ms(quantile(t, .25)):7.2f}-{ms(quantile(t, .75)):7.2f}m {ms(r['min']):7.2f}m"
+        row += f" {r['median'] / base['median']:7.2f}x" if base else f" {'':>8}"
+        p(row)
+    p()
+    for n, host in (("hutch", "host"), ("hutch-exec", "host"), ("gcc-hutch", "gcc-host"), ("gcc-hutch-exec", "gcc-host")):
+        if n in sil and host in sil:
+            r = sil[n]["median"] / sil[host]["median"]
+            what = "gcc" if n.startswith("gcc-") else "loop200"
+            verdict(f"steady {what} {n.removeprefix('gcc-')} <= 1.05x host (interleaved)", r <= 1.05, f"{r:.2f}x ({ms(sil[n]['median']):.1f} vs {ms(sil[host]['median']):.1f} ms, startup included)")
+
 ex = table("exec", "Exec into a running container/session", base="host", ref="crun-exec")
 if ex and "hutch-exec" in ex and "crun-exec" in ex:
     r = ex["hutch-exec"]["median"] / ex["crun-exec"]["median"]
