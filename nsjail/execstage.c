@@ -442,10 +442,10 @@ void hutch_spawner_harden(int notify) {
 
 // A forked process takes a page fault on each page of code or read-only
 // data it first uses (fork does not copy the page tables of file-backed
-// mappings) and on its first write to each data page (copied then): ~1-3
-// us each in this VM. A reaper made ahead runs this while it waits, so that
-// its faults of starting the command (errno) and of writing the end record
-// (snprintf's code and tables) do not fall on the caller's path.
+// mappings) and on its first write to each data page (copied then): ~10
+// us each in this VM. A reaper made ahead runs this while it waits, so
+// that its faults of starting the command (errno) and of writing the end
+// record (snprintf's code and tables) do not fall on the caller's path.
 void hutch_reaper_pretouch(void) {
 	char buf[32];
 	volatile int n = snprintf(buf, sizeof buf, "\n=%d\n", 0x7f00);

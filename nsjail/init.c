@@ -661,7 +661,7 @@ static void parse_request(unsigned char *buf, size_t n, const char **cwd, char *
 }
 
 // pretouch writes to the stack and heap a reaper will use, and runs the
-// code it will run, so that their page faults (a few us each in this VM;
+// code it will run, so that their page faults (~10 us each in this VM;
 // see hutch_reaper_pretouch) are taken while it waits, not while a command
 // starts: the request's parsing (memchr, the allocator's state: a block
 // too large for its per-thread cache goes through the arena), environ.
