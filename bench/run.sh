@@ -333,6 +333,25 @@ say "group steady-interleaved"
 as_user python3 "$WORK/interleave.py" "${BENCH_IL_STEADY_RUNS:-30}" "$WARMUP" "$UOUT/steady-interleaved.json" "${il[@]}"
 cp "$UOUT/steady-interleaved.json" "$OUT/steady-interleaved.json"
 
+# The steady state without any start: the loop of 1000 /bin/true timed by
+# its own clock (date +%s%N around it), on the host and in the session
+# (hutch exec), alternating which goes first, BENCH_INNER_RUNS rounds
+# (default 24). Each line of inner.txt: host_us sandbox_us.
+if [ "$HAVE_SESSION" = 1 ]; then
+	say "steady state timed inside"
+	INNER='s=$(date +%s%N); i=0; while [ $i -lt 1000 ]; do /bin/true; i=$((i+1)); done; e=$(date +%s%N); echo $(( (e-s)/1000 ))'
+	for r in $(seq "${BENCH_INNER_RUNS:-24}"); do
+		if [ $((r % 2)) = 0 ]; then
+			h=$(as_user sh -c "$INNER")
+			x=$(as_user "$BIN" exec "$SESSION" -- sh -c "$INNER")
+		else
+			x=$(as_user "$BIN" exec "$SESSION" -- sh -c "$INNER")
+			h=$(as_user sh -c "$INNER")
+		fi
+		echo "$h $x"
+	done >"$OUT/inner.txt"
+fi
+
 # --- exec into a running session / container --------------------------------------
 CRUN_OK=0
 crun_wrap() { "$@"; }
