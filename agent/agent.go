@@ -241,7 +241,6 @@ func (t *Tool) RunCommand(ctx context.Context, in RunCommandInput) (RunCommandRe
 // RunArgv runs argv (no shell) with validated cwd and timeout, capturing
 // its output like RunCommand: the result object of `hutch run --json`.
 func (t *Tool) RunArgv(ctx context.Context, argv []string, cwd string, timeout time.Duration, fresh bool) (RunCommandResult, error) {
-	var err error
 	if t.Exec == nil {
 		return RunCommandResult{}, errors.New("agent: Tool has no Executor")
 	}

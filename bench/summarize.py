@@ -36,6 +36,19 @@ def ms(x):
     return x * 1000.0
 
 
+def interleaved_rows(g, *ratios):
+    """Prints an interleaved group's table: each command's median, p25-p75
+    and minimum, then one column per (title, base_of(name)) ratio."""
+    p(f"{'command':<24} {'median':>9} {'p25-p75':>17} {'min':>8}" + "".join(f" {title:>8}" for title, _ in ratios))
+    for name, r in g.items():
+        t = r["times"]
+        row = f"{name:<24} {ms(r['median']):8.2f}m {ms(quantile(t, .25)):7.2f}-{ms(quantile(t, .75)):7.2f}m {ms(r['min']):7.2f}m"
+        for _, base_of in ratios:
+            base = base_of(name)
+            row += f" {r['median'] / base['median']:7.2f}x" if base else f" {'':>8}"
+        p(row)
+
+
 verdicts = []
 
 
@@ -91,13 +104,7 @@ if cold and "hutch" in cold:
 il = load("cold-interleaved")
 if il is not None:
     p("## Cold start, interleaved: one run of each command per round (cold-interleaved.json)")
-    p(f"{'command':<24} {'median':>9} {'p25-p75':>17} {'min':>8} {'/host':>8} {'/bwrap':>8}")
-    for name, r in il.items():
-        t = r["times"]
-        row = f"{name:<24} {ms(r['median']):8.2f}m {ms(quantile(t, .25)):7.2f}-{ms(quantile(t, .75)):7.2f}m {ms(r['min']):7.2f}m"
-        row += f" {r['median'] / il['host']['median']:7.2f}x" if "host" in il else f" {'':>8}"
-        row += f" {r['median'] / il['bwrap']['median']:7.2f}x" if "bwrap" in il else f" {'':>8}"
-        p(row)
+    interleaved_rows(il, ("/host", lambda name: il.get("host")), ("/bwrap", lambda name: il.get("bwrap")))
     p()
     if "bwrap" in il:
         for n in ("hutch", "hutch-net-none", "hutch-git-workspace"):
@@ -134,13 +141,7 @@ if gcc and "hutch" in gcc:
 sil = load("steady-interleaved")
 if sil is not None:
     p("## Steady state, interleaved: one run of each command per round (steady-interleaved.json)")
-    p(f"{'command':<24} {'median':>9} {'p25-p75':>17} {'min':>8} {'/host':>8}")
-    for name, r in sil.items():
-        t = r["times"]
-        base = sil.get("gcc-host" if name.startswith("gcc-") else "host")
-        row = f"{name:<24} {ms(r['median']):8.2f}m {ms(quantile(t, .25)):7.2f}-{ms(quantile(t, .75)):7.2f}m {ms(r['min']):7.2f}m"
-        row += f" {r['median'] / base['median']:7.2f}x" if base else f" {'':>8}"
-        p(row)
+    interleaved_rows(sil, ("/host", lambda name: sil.get("gcc-host" if name.startswith("gcc-") else "host")))
     p()
     # The steady state is work inside a running sandbox: judged for the
     # compile through hutch exec (2 ms of start in ~140 ms) and, for the
