@@ -150,6 +150,44 @@ pwd`)
 	}
 }
 
+// The tmpfs mounts hutch makes read-only (the root, with the /bin, /lib
+// and /lib64 symlinks every exec follows, and /dev with its /dev/std*
+// symlinks) are noatime: on a read-only relatime mount the kernel can never
+// record an atime it wants to update, and leaves its lockless path walk
+// at each such symlink, every time. The writable scratch mounts keep the
+// default (relatime), as on the host.
+func TestReadOnlyTmpfsNoatime(t *testing.T) {
+	ws := userDir(t)
+	// Mount point and options of each tmpfs (the filesystem type is the
+	// first field after the "-").
+	r := sandboxSh(t, ws, `awk '{for (i = 7; $i != "-"; i++); if ($(i+1) == "tmpfs") print $5, $6}' /proc/self/mountinfo`)
+	mustCode(t, r, 0)
+	opts := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		if f := strings.Fields(l); len(f) == 2 {
+			opts[f[0]] = f[1]
+		}
+	}
+	has := func(mnt, opt string) bool {
+		for _, o := range strings.Split(opts[mnt], ",") {
+			if o == opt {
+				return true
+			}
+		}
+		return false
+	}
+	for _, m := range []string{"/", "/dev"} {
+		if !has(m, "ro") || !has(m, "noatime") {
+			t.Errorf("%s mounted %q, want ro and noatime (all tmpfs mounts: %v)", m, opts[m], opts)
+		}
+	}
+	for _, m := range []string{"/tmp", "/dev/shm"} {
+		if !has(m, "rw") || has(m, "noatime") {
+			t.Errorf("%s mounted %q, want rw with the default atime mode", m, opts[m])
+		}
+	}
+}
+
 // Protected paths stay read-only inside the workspace, cannot be renamed
 // away, and cannot be created when missing; placeholders are removed.
 func TestProtectedPaths(t *testing.T) {
