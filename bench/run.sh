@@ -333,23 +333,19 @@ say "group steady-interleaved"
 as_user python3 "$WORK/interleave.py" "${BENCH_IL_STEADY_RUNS:-30}" "$WARMUP" "$UOUT/steady-interleaved.json" "${il[@]}"
 cp "$UOUT/steady-interleaved.json" "$OUT/steady-interleaved.json"
 
-# The steady state without any start: the loop of 1000 /bin/true timed by
-# its own clock (date +%s%N around it), on the host and in the session
-# (hutch exec), alternating which goes first, BENCH_INNER_RUNS rounds
-# (default 24). Each line of inner.txt: host_us sandbox_us.
+# The steady state without any start, in paired chunks (paired.py): a
+# worker on the host, one in bwrap and one in the session (hutch exec) each
+# run chunks of 100 /bin/true timed by their own clock, taking turns,
+# BENCH_PAIRS rounds (default 300). Comparing chunks that ran within a
+# fraction of a second of each other takes this VM's drift out.
 if [ "$HAVE_SESSION" = 1 ]; then
-	say "steady state timed inside"
-	INNER='s=$(date +%s%N); i=0; while [ $i -lt 1000 ]; do /bin/true; i=$((i+1)); done; e=$(date +%s%N); echo $(( (e-s)/1000 ))'
-	for r in $(seq "${BENCH_INNER_RUNS:-24}"); do
-		if [ $((r % 2)) = 0 ]; then
-			h=$(as_user sh -c "$INNER")
-			x=$(as_user "$BIN" exec "$SESSION" -- sh -c "$INNER")
-		else
-			x=$(as_user "$BIN" exec "$SESSION" -- sh -c "$INNER")
-			h=$(as_user sh -c "$INNER")
-		fi
-		echo "$h $x"
-	done >"$OUT/inner.txt"
+	say "steady state in paired chunks"
+	pc=(host "sh -c")
+	[ "$HAVE_BWRAP" = 1 ] && pc+=(bwrap "$BW sh -c")
+	pc+=(hutch-exec "$(q "$BIN" exec "$SESSION" --) sh -c")
+	cp "$ROOT/bench/paired.py" "$WORK/paired.py"
+	as_user python3 "$WORK/paired.py" "${BENCH_PAIRS:-300}" 100 "$UOUT/paired.json" "${pc[@]}"
+	cp "$UOUT/paired.json" "$OUT/paired.json"
 fi
 
 # --- exec into a running session / container --------------------------------------
