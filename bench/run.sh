@@ -334,9 +334,10 @@ as_user python3 "$WORK/interleave.py" "${BENCH_IL_STEADY_RUNS:-30}" "$WARMUP" "$
 cp "$UOUT/steady-interleaved.json" "$OUT/steady-interleaved.json"
 
 # The steady state without any start, in paired chunks (paired.py): a
-# worker on the host, one in bwrap and one in the session (hutch exec) each
-# run chunks of 100 /bin/true timed by their own clock, taking turns,
-# BENCH_PAIRS rounds (default 300). Comparing chunks that ran within a
+# worker on the host, one in bwrap and one in the session (hutch exec) run
+# chunks timed by their own clock, taking turns: 100 /bin/true per chunk,
+# BENCH_PAIRS rounds (default 300), then 2 gcc compiles per chunk,
+# BENCH_GCC_PAIRS rounds (default 60). Comparing chunks that ran within a
 # fraction of a second of each other takes this VM's drift out.
 if [ "$HAVE_SESSION" = 1 ]; then
 	say "steady state in paired chunks"
@@ -344,8 +345,12 @@ if [ "$HAVE_SESSION" = 1 ]; then
 	[ "$HAVE_BWRAP" = 1 ] && pc+=(bwrap "$BW sh -c")
 	pc+=(hutch-exec "$(q "$BIN" exec "$SESSION" --) sh -c")
 	cp "$ROOT/bench/paired.py" "$WORK/paired.py"
-	as_user python3 "$WORK/paired.py" "${BENCH_PAIRS:-300}" 100 "$UOUT/paired.json" "${pc[@]}"
+	as_user python3 "$WORK/paired.py" "${BENCH_PAIRS:-300}" 100 /bin/true "$UOUT/paired.json" "${pc[@]}"
 	cp "$UOUT/paired.json" "$OUT/paired.json"
+	if command -v gcc >/dev/null; then
+		as_user python3 "$WORK/paired.py" "${BENCH_GCC_PAIRS:-60}" 2 "$GCC" "$UOUT/paired-gcc.json" "${pc[@]}"
+		cp "$UOUT/paired-gcc.json" "$OUT/paired-gcc.json"
+	fi
 fi
 
 # --- exec into a running session / container --------------------------------------

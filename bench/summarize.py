@@ -143,35 +143,38 @@ if sil is not None:
     p("## Steady state, interleaved: one run of each command per round (steady-interleaved.json)")
     interleaved_rows(sil, ("/host", lambda name: sil.get("gcc-host" if name.startswith("gcc-") else "host")))
     p()
-    # The steady state is work inside a running sandbox: judged for the
-    # compile through hutch exec (2 ms of start in ~140 ms) and, for the
-    # loop, in paired chunks (paired.json); a cold start in the ratio is info.
+    # The steady state is work inside a running sandbox, judged in paired
+    # chunks (paired.json, paired-gcc.json) without any start; the
+    # interleaved runs with a start in them are info.
     for n, host in (("hutch", "host"), ("hutch-exec", "host"), ("gcc-hutch", "gcc-host"), ("gcc-hutch-exec", "gcc-host")):
         if n in sil and host in sil:
             r = sil[n]["median"] / sil[host]["median"]
             what = "gcc" if n.startswith("gcc-") else "loop200"
-            judge = verdict if n == "gcc-hutch-exec" else info
-            judge(f"steady {what} {n.removeprefix('gcc-')} <= 1.05x host (interleaved)", r <= 1.05, f"{r:.2f}x ({ms(sil[n]['median']):.1f} vs {ms(sil[host]['median']):.1f} ms, startup included)")
+            info(f"steady {what} {n.removeprefix('gcc-')} <= 1.05x host (interleaved)", r <= 1.05, f"{r:.2f}x ({ms(sil[n]['median']):.1f} vs {ms(sil[host]['median']):.1f} ms, startup included)")
 
-paired = os.path.join(out, "paired.json")
-if os.path.exists(paired):
-    pj = json.load(open(paired))
+for fname, what in (("paired", "loop"), ("paired-gcc", "gcc")):
+    path = os.path.join(out, fname + ".json")
+    if not os.path.exists(path):
+        continue
+    pj = json.load(open(path))
     ch = pj["chunks"]
     host = ch.get("host")
-    if host:
-        p(f"## Steady state in paired chunks: {pj['k']} x fork+exec /bin/true per chunk, timed inside, workers taking turns (paired.json)")
-        p(f"  {len(host)} rounds; ratio of total times (per-round ratios: median, p25-p75)")
-        per = {}
-        for n, v in ch.items():
-            rs = sorted(x / h for x, h in zip(v, host))
-            per[n] = sum(v) / sum(host)
-            p(f"  {n:12s} {sum(v) / len(v) / pj['k'] / 1000:6.3f} ms per fork+exec  {per[n]:.3f}x host  (median {statistics.median(rs):.3f}x, {quantile(rs, .25):.3f}-{quantile(rs, .75):.3f}x)")
-        if "bwrap" in per and "hutch-exec" in per:
-            p(f"  hutch-exec / bwrap: {per['hutch-exec'] / per['bwrap']:.3f}x")
-        p()
-        if "hutch-exec" in per:
-            r = per["hutch-exec"]
-            verdict("steady loop hutch-exec in paired chunks (start excluded) <= 1.05x host", r <= 1.05, f"{r:.3f}x (total of {len(host)} chunks each)")
+    if not host:
+        continue
+    unit = pj.get("unit", "/bin/true")
+    p(f"## Steady state in paired chunks: {pj['k']} x `{unit}` per chunk, timed inside, workers taking turns ({fname}.json)")
+    p(f"  {len(host)} rounds; ratio of total times (per-round ratios: median, p25-p75)")
+    per = {}
+    for n, v in ch.items():
+        rs = sorted(x / h for x, h in zip(v, host))
+        per[n] = sum(v) / sum(host)
+        p(f"  {n:12s} {sum(v) / len(v) / pj['k'] / 1000:8.3f} ms per run  {per[n]:.3f}x host  (median {statistics.median(rs):.3f}x, {quantile(rs, .25):.3f}-{quantile(rs, .75):.3f}x)")
+    if "bwrap" in per and "hutch-exec" in per:
+        p(f"  hutch-exec / bwrap: {per['hutch-exec'] / per['bwrap']:.3f}x")
+    p()
+    if "hutch-exec" in per:
+        r = per["hutch-exec"]
+        verdict(f"steady {what} hutch-exec in paired chunks (start excluded) <= 1.05x host", r <= 1.05, f"{r:.3f}x (total of {len(host)} chunks each)")
 
 ex = table("exec", "Exec into a running container/session", base="host", ref="crun-exec")
 if ex and "hutch-exec" in ex and "crun-exec" in ex:
