@@ -334,7 +334,8 @@ as_user python3 "$WORK/interleave.py" "${BENCH_IL_STEADY_RUNS:-30}" "$WARMUP" "$
 cp "$UOUT/steady-interleaved.json" "$OUT/steady-interleaved.json"
 
 # The steady state without any start, in paired chunks (paired.py): a
-# worker on the host, one in bwrap and one in the session (hutch exec) run
+# worker on the host (also one with the sandbox's environment), one in
+# bwrap and one in the session (hutch exec) run
 # chunks timed by their own clock, taking turns: 100 /bin/true per chunk,
 # BENCH_PAIRS rounds (default 300), then 2 gcc compiles per chunk,
 # BENCH_GCC_PAIRS rounds (default 60). Comparing chunks that ran within a
@@ -342,6 +343,11 @@ cp "$UOUT/steady-interleaved.json" "$OUT/steady-interleaved.json"
 if [ "$HAVE_SESSION" = 1 ]; then
 	say "steady state in paired chunks"
 	pc=(host "sh -c")
+	# The host with the environment a sandboxed command gets (the proxy
+	# variables: 22 against the host's 6 here), which glibc's and dash's
+	# start-up read on every exec: the environment's share of the ratio.
+	mapfile -t SENV < <(as_user "$BIN" exec "$SESSION" -- env | grep -v '^PWD=')
+	[ "${#SENV[@]}" -gt 0 ] && pc+=(host-sandbox-env "$(q env -i "${SENV[@]}") sh -c")
 	[ "$HAVE_BWRAP" = 1 ] && pc+=(bwrap "$BW sh -c")
 	pc+=(hutch-exec "$(q "$BIN" exec "$SESSION" --) sh -c")
 	cp "$ROOT/bench/paired.py" "$WORK/paired.py"

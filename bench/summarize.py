@@ -168,9 +168,10 @@ for fname, what in (("paired", "loop"), ("paired-gcc", "gcc")):
     for n, v in ch.items():
         rs = sorted(x / h for x, h in zip(v, host))
         per[n] = sum(v) / sum(host)
-        p(f"  {n:12s} {sum(v) / len(v) / pj['k'] / 1000:8.3f} ms per run  {per[n]:.3f}x host  (median {statistics.median(rs):.3f}x, {quantile(rs, .25):.3f}-{quantile(rs, .75):.3f}x)")
-    if "bwrap" in per and "hutch-exec" in per:
-        p(f"  hutch-exec / bwrap: {per['hutch-exec'] / per['bwrap']:.3f}x")
+        p(f"  {n:16s} {sum(v) / len(v) / pj['k'] / 1000:8.3f} ms per run  {per[n]:.3f}x host  (median {statistics.median(rs):.3f}x, {quantile(rs, .25):.3f}-{quantile(rs, .75):.3f}x)")
+    for ref in ("host-sandbox-env", "bwrap"):
+        if ref in per and "hutch-exec" in per:
+            p(f"  hutch-exec / {ref}: {per['hutch-exec'] / per[ref]:.3f}x")
     p()
     if "hutch-exec" in per:
         r = per["hutch-exec"]
