@@ -344,7 +344,7 @@ if [ "$HAVE_SESSION" = 1 ]; then
 	say "steady state in paired chunks"
 	pc=(host "sh -c")
 	# The host with the environment a sandboxed command gets (the proxy
-	# variables: 22 against the host's 6 here), which glibc's and dash's
+	# variables: 21 against the host's 6 here), which glibc's and dash's
 	# start-up read on every exec: the environment's share of the ratio.
 	mapfile -t SENV < <(as_user "$BIN" exec "$SESSION" -- env | grep -v '^PWD=')
 	[ "${#SENV[@]}" -gt 0 ] && pc+=(host-sandbox-env "$(q env -i "${SENV[@]}") sh -c")
