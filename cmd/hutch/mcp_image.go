@@ -11,16 +11,22 @@ package main
 // image is written to a sealed memfd (so neither the server nor anything it
 // starts can modify it), which gets this binary's modification time so that
 // the caches keyed by "this hutch binary" (the compiled seccomp filter) see
-// one identity per build.
+// one identity per build. A host with vm.memfd_noexec = 2 refuses
+// executable memfds; there the image is unpacked once into hutch's cache
+// directory (read-only, named by its hash) and run from there.
 
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 
@@ -28,6 +34,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutchsandbox/hutch"
+	"github.com/hutchsandbox/hutch/hostdirs"
 )
 
 // mcpImage is the gzip-compressed hutch binary with the MCP server linked
@@ -41,7 +48,10 @@ var mcpImage []byte
 func mcpServerStatus() string {
 	const how = "a second image carried by this binary, run from a sealed memfd"
 	if readTrim("/proc/sys/vm/memfd_noexec") == "2" {
-		return how + ", which this host refuses (vm.memfd_noexec = 2): hutch mcp fails here; use a hutch built with `go build ./cmd/hutch`, which links the server in"
+		if dir := hostdirs.Cache(); dir != "" {
+			return "a second image carried by this binary; this host refuses executable memfds (vm.memfd_noexec = 2), so it runs from a read-only copy under " + filepath.Join(dir, "mcp")
+		}
+		return how + ", which this host refuses (vm.memfd_noexec = 2), and there is no cache directory for a copy (set XDG_CACHE_HOME or HOME): hutch mcp fails here; use a hutch built with `go build ./cmd/hutch`, which links the server in"
 	}
 	return how
 }
@@ -58,11 +68,30 @@ func execMCPImage(argv, env []string) error {
 	if errors.Is(err, unix.EINVAL) { // kernels before 6.3 know no MFD_EXEC
 		fd, err = unix.MemfdCreate("hutch-mcp", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	}
+	if errors.Is(err, unix.EACCES) { // vm.memfd_noexec = 2
+		return execMCPImageFile(argv, env)
+	}
 	if err != nil {
-		return fmt.Errorf("create a memfd for the MCP server image (vm.memfd_noexec=2 forbids executable memfds): %w", err)
+		return fmt.Errorf("create a memfd for the MCP server image: %w", err)
 	}
 	f := os.NewFile(uintptr(fd), "memfd:hutch-mcp")
 	defer f.Close()
+	if err := unpackMCPImage(f); err != nil {
+		return err
+	}
+	const seals = unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
+		return fmt.Errorf("seal the MCP server image: %w", err)
+	}
+	// The kernel opens the file before it closes the close-on-exec
+	// descriptors, and an ELF image needs no path afterwards.
+	err = syscall.Exec("/proc/self/fd/"+strconv.Itoa(fd), argv, env)
+	return fmt.Errorf("execute the MCP server image: %w", err)
+}
+
+// unpackMCPImage writes the uncompressed image to f and gives f this
+// binary's modification time.
+func unpackMCPImage(f *os.File) error {
 	zr, err := gzip.NewReader(bytes.NewReader(mcpImage))
 	if err != nil {
 		return fmt.Errorf("read the embedded MCP server image: %w", err)
@@ -75,16 +104,75 @@ func execMCPImage(argv, env []string) error {
 	}
 	if self, err := os.Stat("/proc/self/exe"); err == nil {
 		mt := unix.NsecToTimespec(self.ModTime().UnixNano())
-		if err := unix.UtimesNanoAt(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), []unix.Timespec{mt, mt}, 0); err != nil {
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), []unix.Timespec{mt, mt}, 0); err != nil {
 			return fmt.Errorf("date the MCP server image: %w", err)
 		}
 	}
-	const seals = unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
-		return fmt.Errorf("seal the MCP server image: %w", err)
+	return nil
+}
+
+// execMCPImageFile runs the image from a file, for a host that refuses
+// executable memfds: $XDG_CACHE_HOME/hutch/mcp/hutch-mcp-HASH, mode 0500,
+// unpacked by the first `hutch mcp` of this build and renamed into place
+// whole. Unlike the sealed memfd, its owner could change it; the cache
+// directory is the user's own and is never visible inside a sandbox (see
+// hostdirs), which holds the compiled seccomp filter under the same trust.
+func execMCPImageFile(argv, env []string) error {
+	dir := hostdirs.Cache()
+	if dir == "" {
+		return errors.New("this host refuses executable memfds (vm.memfd_noexec = 2) and there is no cache directory (XDG_CACHE_HOME or HOME) to unpack the MCP server image into")
 	}
-	// The kernel opens the file before it closes the close-on-exec
-	// descriptors, and an ELF image needs no path afterwards.
-	err = syscall.Exec("/proc/self/fd/"+strconv.Itoa(fd), argv, env)
-	return fmt.Errorf("execute the MCP server image: %w", err)
+	dir = filepath.Join(dir, "mcp")
+	sum := sha256.Sum256(mcpImage)
+	path := filepath.Join(dir, "hutch-mcp-"+hex.EncodeToString(sum[:16]))
+	if !mcpImageFileOK(path) {
+		if err := writeMCPImageFile(dir, path); err != nil {
+			return fmt.Errorf("this host refuses executable memfds (vm.memfd_noexec = 2); unpack the MCP server image to %s: %w", path, err)
+		}
+	}
+	err := syscall.Exec(path, argv, env)
+	return fmt.Errorf("this host refuses executable memfds (vm.memfd_noexec = 2); execute the MCP server image %s (a cache directory on a noexec mount cannot hold it: set XDG_CACHE_HOME elsewhere): %w", path, err)
+}
+
+// mcpImageFileOK reports whether path is an image a previous run unpacked:
+// a regular file of ours, mode 0500, of the image's uncompressed size (the
+// gzip trailer's ISIZE, the size modulo 2^32).
+func mcpImageFileOK(path string) bool {
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o500 || len(mcpImage) < 4 {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || int(st.Uid) != os.Getuid() {
+		return false
+	}
+	return uint32(fi.Size()) == binary.LittleEndian.Uint32(mcpImage[len(mcpImage)-4:])
+}
+
+// writeMCPImageFile unpacks the image into a temporary file in dir and
+// renames it to path, so that a concurrent `hutch mcp` sees either no file
+// or a whole one.
+func writeMCPImageFile(dir, path string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".hutch-mcp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	err = unpackMCPImage(f)
+	if err == nil {
+		err = f.Chmod(0o500)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
 }
