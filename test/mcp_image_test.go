@@ -151,7 +151,8 @@ func TestMCPImageSealed(t *testing.T) {
 
 // On a host with vm.memfd_noexec = 2 the kernel refuses an executable
 // memfd; `hutch mcp` then unpacks the image once into the cache directory
-// (mode 0500, named by its hash), runs it from there, and reuses it. The
+// (mode 0500, named by its hash; another build's copy removed), runs it
+// from there, and reuses it. The
 // sysctl is per pid namespace: as root, the test raises it in a child pid
 // namespace of its own (with its own /proc, in a mount namespace of its
 // own), then becomes the test user there to run hutch, so the host's value
@@ -172,6 +173,19 @@ func TestMCPImageNoexecMemfd(t *testing.T) {
 	ws := userDir(t)
 	cache := filepath.Join(stateDir, "cache", "hutch", "mcp")
 	os.RemoveAll(cache)
+	// A copy left by another build, which the first server replaces.
+	if err := os.MkdirAll(cache, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(cache, "hutch-mcp-0123456789abcdef0123456789abcdef")
+	if err := os.WriteFile(stale, []byte("old build"), 0o500); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Dir(cache), cache, stale} {
+		if err := os.Chown(p, testUID, testGID); err != nil {
+			t.Fatal(err)
+		}
+	}
 	start := func() *mcpServer {
 		cmd := hutchCmd(opts{dir: ws}, "mcp", "--net", "none")
 		const script = `echo 2 > /proc/sys/vm/memfd_noexec || exit 97

@@ -151,7 +151,7 @@ func mcpImageFileOK(path string) bool {
 
 // writeMCPImageFile unpacks the image into a temporary file in dir and
 // renames it to path, so that a concurrent `hutch mcp` sees either no file
-// or a whole one.
+// or a whole one; then it removes the copies of other builds.
 func writeMCPImageFile(dir, path string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -173,6 +173,16 @@ func writeMCPImageFile(dir, path string) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
+		return err
 	}
-	return err
+	// The copies of earlier builds (a server still running one keeps it
+	// until it exits).
+	if old, _ := filepath.Glob(filepath.Join(dir, "hutch-mcp-*")); len(old) > 0 {
+		for _, o := range old {
+			if o != path {
+				os.Remove(o)
+			}
+		}
+	}
+	return nil
 }
