@@ -3,7 +3,9 @@ package nsjail
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -53,6 +55,9 @@ func CheckUserNamespaces() *HostProblem {
 
 // diagnoseClone explains a failure to create the init's namespaces.
 func diagnoseClone(err error) error {
+	if p := foreignProc(); p != "" {
+		return fmt.Errorf("%s: %w", p, err)
+	}
 	if p := CheckUserNamespaces(); p != nil {
 		return fmt.Errorf("%s: %w", p.Error(), err)
 	}
@@ -63,6 +68,26 @@ func diagnoseClone(err error) error {
 		return fmt.Errorf("the kernel refused to create user namespaces (a security module or container runtime may forbid it; run `hutch doctor`): %w", err)
 	}
 	return err
+}
+
+// foreignProc says, when /proc is not the procfs of this process's pid
+// namespace (hutch started in a pid namespace that kept the parent's
+// /proc), why launching the init fails: the new user namespace's id maps
+// are written to /proc/PID/uid_map with the child's pid as this namespace
+// numbers it, which names another process, or none, in that /proc. It
+// returns "" when /proc is this namespace's own.
+func foreignProc() string {
+	const fix = "mount a procfs for this pid namespace before starting hutch (e.g. unshare --pid --fork --mount-proc, or mount -t proc proc /proc in a mount namespace of its own)"
+	self, err := os.Readlink("/proc/self")
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "/proc belongs to a pid namespace in which this process has no pid, so the sandbox's user namespace cannot be mapped through it; " + fix
+	case err != nil:
+		return ""
+	case self != strconv.Itoa(os.Getpid()):
+		return fmt.Sprintf("/proc belongs to another pid namespace (it shows this process as pid %s; here it is pid %d), so the sandbox's user namespace cannot be mapped through it; %s", self, os.Getpid(), fix)
+	}
+	return ""
 }
 
 // namespaceLimitAdvice explains an ENOSPC from creating namespaces: the

@@ -307,3 +307,42 @@ func TestNamespaceLimitAdvice(t *testing.T) {
 		}
 	}
 }
+
+// hutch started in a pid namespace that kept its parent's /proc (unshare
+// --pid without --mount-proc): the prestarted init maps its user namespace
+// itself and works; the Go launch path (HUTCH_NO_PRESTART=1, and every
+// session) writes /proc/PID/uid_map with the child's pid as its own
+// namespace numbers it, which names another process in that /proc, and
+// must say so and how to fix it instead of a bare "fork/exec: permission
+// denied".
+func TestForeignProcAdvice(t *testing.T) {
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("unshare (util-linux) not found: cannot make a pid namespace without its own /proc")
+	}
+	ws := userDir(t)
+	for _, prestart := range []string{"", "1"} {
+		cmd := hutchCmd(opts{dir: ws, env: []string{"HUTCH_NO_PRESTART=" + prestart}})
+		cmd.Path = unshare
+		cmd.Args = []string{"unshare", "--user", "--map-root-user", "--pid", "--fork", "--", hutchBin, "run", "--", "/bin/echo", "in"}
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if prestart == "" {
+			if code != 0 || stdout.String() != "in\n" {
+				t.Errorf("prestarted init under a foreign /proc: exit %d, stdout %q, stderr %q; want 0 and \"in\"", code, stdout.String(), stderr.String())
+			}
+			continue
+		}
+		if code != 125 || !strings.Contains(stderr.String(), "/proc belongs to another pid namespace") ||
+			!strings.Contains(stderr.String(), "--mount-proc") {
+			t.Errorf("HUTCH_NO_PRESTART=1 under a foreign /proc: exit %d, stderr %q; want 125 saying /proc belongs to another pid namespace and how to mount one", code, stderr.String())
+		}
+	}
+}
