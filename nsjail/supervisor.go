@@ -483,7 +483,12 @@ func (s *Sandbox) landlock(spec *LandlockSpec, root int) error {
 }
 
 func bpfMemfd(prog []byte) (*os.File, error) {
-	fd, err := unix.MemfdCreate("hutch-seccomp", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	// MFD_NOEXEC_SEAL (Linux 6.3): never executable, and Linux 6.3-6.5
+	// with vm.memfd_noexec = 2 refuse a memfd without it.
+	fd, err := unix.MemfdCreate("hutch-seccomp", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_NOEXEC_SEAL)
+	if errors.Is(err, unix.EINVAL) { // before 6.3
+		fd, err = unix.MemfdCreate("hutch-seccomp", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)
 	}
