@@ -38,6 +38,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutchsandbox/hutch/internal/memfd"
 	"github.com/hutchsandbox/hutch/landlock"
 )
 
@@ -483,12 +484,7 @@ func (s *Sandbox) landlock(spec *LandlockSpec, root int) error {
 }
 
 func bpfMemfd(prog []byte) (*os.File, error) {
-	// MFD_NOEXEC_SEAL (Linux 6.3): never executable, and Linux 6.3-6.5
-	// with vm.memfd_noexec = 2 refuse a memfd without it.
-	fd, err := unix.MemfdCreate("hutch-seccomp", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_NOEXEC_SEAL)
-	if errors.Is(err, unix.EINVAL) { // before 6.3
-		fd, err = unix.MemfdCreate("hutch-seccomp", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	}
+	fd, err := memfd.NoExec("hutch-seccomp", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)
 	}

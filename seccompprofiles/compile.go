@@ -14,6 +14,8 @@ import (
 
 	seccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
+
+	"github.com/hutchsandbox/hutch/internal/memfd"
 )
 
 // Options change how a profile is compiled.
@@ -503,12 +505,7 @@ func buildBPF(def, badArch seccomp.ScmpAction, arches []seccomp.ScmpArch, rules 
 // exportBPF exports through a memfd: libseccomp 2.5 has no
 // seccomp_export_bpf_mem.
 func exportBPF(sf *seccomp.ScmpFilter) ([]byte, error) {
-	// MFD_NOEXEC_SEAL (Linux 6.3): never executable, and Linux 6.3-6.5
-	// with vm.memfd_noexec = 2 refuse a memfd without it.
-	fd, err := unix.MemfdCreate("hutch-seccomp-bpf", unix.MFD_CLOEXEC|unix.MFD_NOEXEC_SEAL)
-	if errors.Is(err, unix.EINVAL) { // before 6.3
-		fd, err = unix.MemfdCreate("hutch-seccomp-bpf", unix.MFD_CLOEXEC)
-	}
+	fd, err := memfd.NoExec("hutch-seccomp-bpf", unix.MFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: memfd_create: %w", err)
 	}
