@@ -293,28 +293,3 @@ func subdirs(dir string) []string {
 func permissionError(err error) bool {
 	return errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM)
 }
-
-// kernelAtLeast reports whether the running kernel is at least major.minor.
-func kernelAtLeast(major, minor int) bool {
-	maj, min := kernelVersion()
-	return maj > major || maj == major && min >= minor
-}
-
-func kernelVersion() (int, int) {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return 0, 0
-	}
-	rel := unix.ByteSliceToString(u.Release[:])
-	var maj, min int
-	fmt.Sscanf(rel, "%d.%d", &maj, &min)
-	return maj, min
-}
-
-func kernelRelease() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return ""
-	}
-	return unix.ByteSliceToString(u.Release[:])
-}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/hutchsandbox/hutch/internal/kernel"
 )
 
 // Host is what Probe found: the cgroup layout, where hutch would create a
@@ -116,7 +118,7 @@ func Probe() Host {
 }
 
 func probe(parent string) Host {
-	h := Host{UID: os.Getuid(), Kernel: kernelRelease()}
+	h := Host{UID: os.Getuid(), Kernel: kernel.Release()}
 	root := h.UID == 0
 	h.Mode = hostMode()
 	mounts, _ := parseMountinfo("/proc/self/mountinfo")
@@ -157,8 +159,8 @@ func probe(parent string) Host {
 				h.Where = []string{plan.base}
 				h.Controllers = plan.ctrls
 				h.MovesSelf = plan.moveSelf
-				h.CloneIntoCgroup = kernelAtLeast(5, 7)
-				h.CgroupKill = kernelAtLeast(5, 14)
+				h.CloneIntoCgroup = kernel.AtLeast("5.7")
+				h.CgroupKill = kernel.AtLeast("5.14")
 				if root {
 					h.Reason = "root on a cgroup v2 host"
 				} else {
@@ -209,8 +211,8 @@ func probe(parent string) Host {
 					}
 				}
 				h.MovesSelf = true
-				h.CloneIntoCgroup = kernelAtLeast(5, 7)
-				h.CgroupKill = kernelAtLeast(5, 14)
+				h.CloneIntoCgroup = kernel.AtLeast("5.7")
+				h.CgroupKill = kernel.AtLeast("5.14")
 				h.Reason = fmt.Sprintf("uid %d has no delegated cgroup v2 subtree to itself here, and the systemd user manager answers at %s: "+
 					"hutch asks it for a transient scope with Delegate=yes (%s<pid>-<name>.scope), moves itself into it and makes the sandbox cgroups there, as podman does", h.UID, bus, namePrefix)
 				if fallback != "" {

@@ -16,6 +16,7 @@ import (
 	"strconv"
 
 	"github.com/hutchsandbox/hutch/hostdirs"
+	"github.com/hutchsandbox/hutch/internal/kernel"
 
 	seccomp "github.com/seccomp/libseccomp-golang"
 )
@@ -136,7 +137,7 @@ func Key(p *Profile, opts Options) (string, error) {
 		"notify=" + strconv.FormatBool(opts.Notify),
 		"arch=" + nativeArch().String(),
 		fmt.Sprintf("libseccomp=%d.%d.%d api=%d", maj, min, mic, api),
-		"kernel=" + kernelRelease(),
+		"kernel=" + kernel.Release(),
 	} {
 		fmt.Fprintf(h, "%d:%s\n", len(part), part)
 	}

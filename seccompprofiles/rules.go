@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hutchsandbox/hutch/internal/kernel"
 )
 
 // rule is one effective rule: a profile entry applied to one syscall with
@@ -124,50 +125,7 @@ func ruleApplies(s *Syscall) bool {
 	return true
 }
 
-var kernelVersion = sync.OnceValue(func() [3]int {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return [3]int{}
-	}
-	return parseVersion(unix.ByteSliceToString(u.Release[:]))
-})
-
-// kernelRelease is the running kernel's release string ("6.18.0-...").
-var kernelRelease = sync.OnceValue(func() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return "unknown"
-	}
-	return unix.ByteSliceToString(u.Release[:])
-})
-
-// parseVersion reads the leading MAJOR.MINOR[.PATCH] of a release string.
-func parseVersion(s string) [3]int {
-	var v [3]int
-	for i := 0; i < 3 && s != ""; i++ {
-		j := 0
-		for j < len(s) && s[j] >= '0' && s[j] <= '9' {
-			j++
-		}
-		v[i], _ = strconv.Atoi(s[:j])
-		if j >= len(s) || s[j] != '.' {
-			break
-		}
-		s = s[j+1:]
-	}
-	return v
-}
-
-func kernelAtLeast(min string) bool {
-	want := parseVersion(min)
-	have := kernelVersion()
-	for i := range 3 {
-		if have[i] != want[i] {
-			return have[i] > want[i]
-		}
-	}
-	return true
-}
+func kernelAtLeast(min string) bool { return kernel.AtLeast(min) }
 
 // condString renders a conjunction of conditions for people:
 // "arg0 & 0x7e020000 == 0 && arg1 == 0x5".

@@ -1,0 +1,58 @@
+// Package kernel answers questions about the running kernel's version: the
+// one place hutch reads uname(2) for it.
+package kernel
+
+import (
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Release is the running kernel's release string ("6.18.0-1-amd64"), or
+// "unknown" when uname fails.
+var Release = sync.OnceValue(func() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "unknown"
+	}
+	return unix.ByteSliceToString(u.Release[:])
+})
+
+// Version is the running kernel's MAJOR.MINOR.PATCH, zeros where unknown.
+var Version = sync.OnceValue(func() [3]int { return ParseVersion(Release()) })
+
+// ParseVersion reads the leading MAJOR[.MINOR[.PATCH]] of a release string
+// ("6.1.0-28-cloud-amd64" is 6, 1, 0); what does not parse is 0.
+func ParseVersion(s string) [3]int {
+	var v [3]int
+	for i := 0; i < 3 && s != ""; i++ {
+		j := 0
+		for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+			j++
+		}
+		v[i], _ = strconv.Atoi(s[:j])
+		if j >= len(s) || s[j] != '.' {
+			break
+		}
+		s = s[j+1:]
+	}
+	return v
+}
+
+// AtLeast reports whether the running kernel is at least version min
+// ("5.12", "6.3.1").
+func AtLeast(min string) bool { return Compare(Version(), ParseVersion(min)) >= 0 }
+
+// Compare orders two versions: -1, 0 or +1.
+func Compare(a, b [3]int) int {
+	for i := range 3 {
+		if a[i] != b[i] {
+			if a[i] < b[i] {
+				return -1
+			}
+			return 1
+		}
+	}
+	return 0
+}
