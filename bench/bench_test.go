@@ -20,7 +20,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,9 +34,12 @@ import (
 
 	"github.com/hutchsandbox/hutch"
 	"github.com/hutchsandbox/hutch/agent"
+	"github.com/hutchsandbox/hutch/egress"
 	"github.com/hutchsandbox/hutch/mounts"
+	"github.com/hutchsandbox/hutch/plan"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seccompprofiles"
+	"github.com/hutchsandbox/hutch/store"
 )
 
 // env is what every benchmark shares, made once.
@@ -341,7 +343,7 @@ func BenchmarkGoAPIRunTrue(b *testing.B) {
 			p := apiPolicy(b, e, net)
 			ctx := context.Background()
 			if net == policy.NetProxy {
-				hutch.DiscoverRegistries(ctx, e.ws, true) // warm the cache
+				egress.DiscoverStored(ctx, store.Open(), e.ws, true) // warm the cache
 			}
 			o := &hutch.RunOptions{Policy: p, Argv: []string{"/bin/true"}, HostEnv: os.Environ(),
 				Stdin: null, Stdout: null, Stderr: null, Executable: e.bin}
@@ -617,9 +619,9 @@ func startMCP(b *testing.B) func() {
 
 // BenchmarkSupervisorPlan prices the supervisor's work before it clones the
 // init (the "supervisor.plan" stage of --debug), piece by piece, in this
-// process: the policy, the protected-path placeholders, the mount plan and
-// the seccomp filter (compiled from scratch, and read from the cache as
-// every run after the first does).
+// process: the policy, the host facts, the whole plan, the protected-path
+// placeholders, the mount plan and the seccomp filter (compiled from
+// scratch, and read from the store as every run after the first does).
 func BenchmarkSupervisorPlan(b *testing.B) {
 	e := setup()
 	if e.ws == "" {
@@ -639,6 +641,26 @@ func BenchmarkSupervisorPlan(b *testing.B) {
 		}
 	})
 	p := policy.Default()
+	p.Filesystem.Workspace = ws
+	b.Run("gather", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if _, err := plan.Gather(p, plan.GatherOptions{Env: os.Environ()}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("build", func(b *testing.B) {
+		h, err := plan.Gather(p, plan.GatherOptions{Env: os.Environ()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := plan.Build(p, h, &plan.Request{Argv: []string{"true"}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("protected-paths", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			prot, err := mounts.PrepareProtected(ws, policy.WorkspaceMount, p.Filesystem.Protected, nil)
@@ -659,27 +681,24 @@ func BenchmarkSupervisorPlan(b *testing.B) {
 			}
 		}
 	})
-	prof := seccompprofiles.Default()
-	if ok, _ := seccompprofiles.NotifyAvailable(); ok {
-		prof = seccompprofiles.WatchNetwork(prof)
-	}
-	opts := seccompprofiles.Options{Notify: true}
+	watch, _ := seccompprofiles.NotifyAvailable()
 	b.Run("seccomp-compile", func(b *testing.B) {
+		o := seccompprofiles.LoadOptions{Notify: true, WatchNetwork: watch}
 		for i := 0; i < b.N; i++ {
-			if _, err := seccompprofiles.Compile(prof, opts); err != nil {
+			if _, err := seccompprofiles.Load(context.Background(), o); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("seccomp-cache-hit", func(b *testing.B) {
-		c := &seccompprofiles.Cache{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler)}
-		if _, _, err := c.Compile(context.Background(), prof, opts); err != nil {
+		o := seccompprofiles.LoadOptions{Notify: true, WatchNetwork: watch, Store: store.At(b.TempDir())}
+		if _, err := seccompprofiles.Load(context.Background(), o); err != nil {
 			b.Fatal(err)
 		}
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			if _, hit, err := c.Compile(context.Background(), prof, opts); err != nil || !hit {
-				b.Fatalf("hit=%v err=%v", hit, err)
+			if _, err := seccompprofiles.Load(context.Background(), o); err != nil {
+				b.Fatal(err)
 			}
 		}
 	})

@@ -149,30 +149,6 @@ func ConfigInWorkspace(ws string, files []string) ([]string, error) {
 	return rels, nil
 }
 
-// WriteFile writes data to path, in one of hutch's directories, atomically:
-// a private (0600) temporary file beside it is renamed over it, so that a
-// concurrent reader sees the old contents or the new, never a part. The
-// directory is created (0700) when missing.
-func WriteFile(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, ".tmp-*") // 0600
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // a no-op after the rename
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	return os.Rename(tmp.Name(), path)
-}
-
 // beneath returns path relative to root when it lies strictly beneath it
 // (both clean and absolute).
 func beneath(root, path string) (string, bool) {

@@ -121,24 +121,3 @@ func TestConfigInWorkspace(t *testing.T) {
 		t.Errorf("ConfigInWorkspace = %q", got)
 	}
 }
-
-func TestWriteFile(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "a", "b")
-	path := filepath.Join(dir, "f")
-	for _, data := range []string{"one", "two, longer"} {
-		if err := WriteFile(path, []byte(data)); err != nil {
-			t.Fatal(err)
-		}
-		if b, err := os.ReadFile(path); err != nil || string(b) != data {
-			t.Fatalf("read back %q, %v; want %q", b, err, data)
-		}
-	}
-	fi, _ := os.Stat(path)
-	di, _ := os.Stat(dir)
-	if fi.Mode().Perm() != 0o600 || di.Mode().Perm() != 0o700 {
-		t.Errorf("modes: file %v, directory %v; want 0600 and 0700", fi.Mode().Perm(), di.Mode().Perm())
-	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
-		t.Errorf("%d entries beside the file (temporary files left?)", len(ents))
-	}
-}

@@ -31,7 +31,14 @@ type Spec struct {
 	UID, GID int
 	User     string
 	Hostname string
+	// FS is the host's file tree as Build reads it; nil means OS.
+	FS HostFS
 }
+
+// Devices are the host's device nodes a sandbox gets in its /dev: the
+// harmless character devices (mknod is impossible in a user namespace, so
+// they are bound from the host).
+var Devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
 
 // HostToolingDirs are the host directories that make up tooling mode "host".
 // Where the host has merged-/usr symlinks (/bin -> usr/bin), the sandbox gets
@@ -73,26 +80,31 @@ var rootfsSkip = map[string]bool{
 // Build turns a spec into a plan. It reads the host (which tooling dirs
 // exist, which /etc entries) but changes nothing.
 func Build(s *Spec) (*Plan, error) {
+	fsys := s.FS
+	if fsys == nil {
+		fsys = OS
+	}
 	p := &Plan{RootSize: 4 << 20}
 	etcSrc := "/etc"
 	switch {
 	case s.Tooling == "host" || s.Tooling == "":
 		for _, d := range HostToolingDirs {
-			if err := addHostEntry(p, d, d, "tooling"); err != nil {
+			if err := addHostEntry(fsys, p, d, d, "tooling"); err != nil {
 				return nil, err
 			}
 		}
 	case strings.HasPrefix(s.Tooling, "rootfs:"):
 		dir := strings.TrimPrefix(s.Tooling, "rootfs:")
-		ents, err := os.ReadDir(dir)
+		names, err := fsys.ReadDirNames(dir)
 		if err != nil {
 			return nil, fmt.Errorf("tooling rootfs %s: %w", dir, err)
 		}
-		for _, e := range ents {
-			if rootfsSkip[e.Name()] {
+		sort.Strings(names)
+		for _, n := range names {
+			if rootfsSkip[n] {
 				continue
 			}
-			if err := addHostEntry(p, filepath.Join(dir, e.Name()), "/"+e.Name(), "tooling rootfs"); err != nil {
+			if err := addHostEntry(fsys, p, filepath.Join(dir, n), "/"+n, "tooling rootfs"); err != nil {
 				return nil, err
 			}
 		}
@@ -101,7 +113,7 @@ func Build(s *Spec) (*Plan, error) {
 	default:
 		return nil, fmt.Errorf("tooling %q: want \"host\" or \"rootfs:DIR\"", s.Tooling)
 	}
-	if err := addEtc(p, s, etcSrc); err != nil {
+	if err := addEtc(fsys, p, s, etcSrc); err != nil {
 		return nil, err
 	}
 
@@ -121,8 +133,8 @@ func Build(s *Spec) (*Plan, error) {
 	// /dev: a tmpfs with the harmless character devices bound from the host
 	// (mknod is impossible in a user namespace), a private devpts and shm.
 	p.Add(Step{Kind: Tmpfs, Target: "/dev", Mode: 0o755, Size: 1 << 20, Why: "minimal /dev"})
-	for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
-		p.Add(Step{Kind: Bind, Source: "/dev/" + d, Target: "/dev/" + d, Why: "device node"})
+	for _, d := range Devices {
+		p.Add(Step{Kind: Bind, Source: d, Target: d, Why: "device node"})
 	}
 	p.Add(Step{Kind: Devpts, Target: "/dev/pts", Why: "private pseudo-terminals"})
 	p.Add(Step{Kind: Symlink, Target: "/dev/ptmx", Data: "pts/ptmx"})
@@ -151,7 +163,7 @@ func Build(s *Spec) (*Plan, error) {
 	for _, b := range s.ReadOnly {
 		p.Add(Step{Kind: Bind, Source: b[0], Target: b[1], ReadOnly: true, Why: "extra read-only bind"})
 	}
-	stage, err := pickStage(p)
+	stage, err := pickStage(fsys, p)
 	if err != nil {
 		return nil, err
 	}
@@ -168,23 +180,20 @@ var stageCandidates = []string{"/tmp", "/mnt", "/media", "/srv", "/boot", "/var/
 // root through its recursive bind). Directories are compared by device and
 // inode, so symlinks and other bind mounts of the same directory count; one
 // stat per source instead of resolving every source's path.
-func pickStage(p *Plan) (string, error) {
-	type dirID struct{ dev, ino uint64 }
-	sources := map[dirID]bool{}
+func pickStage(fsys HostFS, p *Plan) (string, error) {
+	sources := map[DirID]bool{}
 	for _, s := range p.Steps {
-		var st unix.Stat_t
-		if s.Kind == Bind && unix.Stat(s.Source, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			sources[dirID{uint64(st.Dev), st.Ino}] = true // (a missing or non-directory source contains nothing)
+		if id, ok := fsys.DirID(s.Source); s.Kind == Bind && ok {
+			sources[id] = true // (a missing or non-directory source contains nothing)
 		}
 	}
 next:
 	for _, c := range stageCandidates {
-		var st unix.Stat_t
-		if unix.Lstat(c, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		if fi, err := fsys.Lstat(c); err != nil || !fi.IsDir() {
 			continue
 		}
 		for d := c; ; d = filepath.Dir(d) {
-			if unix.Stat(d, &st) == nil && sources[dirID{uint64(st.Dev), st.Ino}] {
+			if id, ok := fsys.DirID(d); ok && sources[id] {
 				continue next
 			}
 			if d == "/" {
@@ -198,8 +207,8 @@ next:
 
 // addHostEntry binds a host directory or file read-only, or recreates a
 // symlink, at target. Missing entries are skipped.
-func addHostEntry(p *Plan, src, target, why string) error {
-	fi, err := os.Lstat(src)
+func addHostEntry(fsys HostFS, p *Plan, src, target, why string) error {
+	fi, err := fsys.Lstat(src)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -207,7 +216,7 @@ func addHostEntry(p *Plan, src, target, why string) error {
 		return fmt.Errorf("%s %s: %w", why, src, err)
 	}
 	if fi.Mode()&os.ModeSymlink != 0 {
-		to, err := os.Readlink(src)
+		to, err := fsys.Readlink(src)
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", why, src, err)
 		}
@@ -221,18 +230,14 @@ func addHostEntry(p *Plan, src, target, why string) error {
 	return nil
 }
 
-func addEtc(p *Plan, s *Spec, etcSrc string) error {
+func addEtc(fsys HostFS, p *Plan, s *Spec, etcSrc string) error {
 	p.Add(Step{Kind: Mkdir, Target: "/etc", Mode: 0o755})
 	var names []string
 	if etcSrc == "/etc" {
 		names = append(names, HostEtc...)
 		// One directory read for every glob (filepath.Glob reads it per
 		// pattern), of the names only.
-		var ents []string
-		if d, err := os.Open(etcSrc); err == nil {
-			ents, _ = d.Readdirnames(-1)
-			d.Close()
-		}
+		ents, _ := fsys.ReadDirNames(etcSrc)
 		for _, e := range ents {
 			for _, g := range HostEtcGlobs {
 				if ok, _ := filepath.Match(g, e); ok {
@@ -242,20 +247,18 @@ func addEtc(p *Plan, s *Spec, etcSrc string) error {
 			}
 		}
 	} else {
-		ents, err := os.ReadDir(etcSrc)
+		ents, err := fsys.ReadDirNames(etcSrc)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("tooling rootfs /etc: %w", err)
 		}
-		for _, e := range ents {
-			names = append(names, e.Name())
-		}
+		names = append(names, ents...)
 	}
 	sort.Strings(names)
 	for _, n := range names {
 		if synthesized[n] {
 			continue
 		}
-		if err := addHostEntry(p, filepath.Join(etcSrc, n), "/etc/"+n, "tooling /etc"); err != nil {
+		if err := addHostEntry(fsys, p, filepath.Join(etcSrc, n), "/etc/"+n, "tooling /etc"); err != nil {
 			return err
 		}
 	}
@@ -277,34 +280,40 @@ func addEtc(p *Plan, s *Spec, etcSrc string) error {
 	return nil
 }
 
-// Protection is the result of preparing the workspace's protected paths.
+// Protection is what protecting paths in the workspace takes: the steps
+// that pin and protect them inside the sandbox, and the placeholders to
+// make on the host first.
 type Protection struct {
 	// Steps pin and protect the paths inside the sandbox.
-	Steps []Step
-	// Placeholders are the host paths hutch created as mount points for
-	// protected paths that did not exist; Cleanup removes them.
-	Placeholders []string
+	Steps []Step `json:"steps"`
+	// Placeholders are the host directories to create (Prepare) as mount
+	// points for protected paths that do not exist, shallow to deep, each
+	// relative to the workspace; Cleanup removes them.
+	Placeholders []string `json:"placeholders,omitempty"`
+	// Workspace is the host directory the placeholders are relative to.
+	Workspace string `json:"-"`
+	made      []string
 }
 
-// PrepareProtected inspects the workspace on the host and returns the steps
-// that keep each protected path read-only inside and each hidden path
-// covered by an empty read-only directory (hutch's own directories, see
-// package hostdirs). A missing protected path gets an empty placeholder
+// InspectProtected inspects the workspace on the host, changing nothing, and returns
+// the steps that keep each protected path read-only inside and each hidden
+// path covered by an empty read-only directory (hutch's own directories, see
+// package hostdirs). A missing protected path needs an empty placeholder
 // directory on the host (the only way to have a mount point there), covered
-// read-only inside so it cannot be created; a symlink anywhere along a
-// protected or hidden path is refused, since sandboxed code could retarget
-// it. Every existing directory on the way is pinned (made a mount point) so
-// that it cannot be renamed away and recreated.
-func PrepareProtected(workspace, mountAt string, protected, hidden []string) (*Protection, error) {
-	w := &protectWalk{workspace: workspace, mountAt: mountAt, pinned: map[string]bool{}, done: map[string]bool{}, pr: &Protection{}}
+// read-only inside so it cannot be created: Prepare makes them. A symlink
+// anywhere along a protected or hidden path is refused, since sandboxed code
+// could retarget it. Every existing directory on the way is pinned (made a
+// mount point) so that it cannot be renamed away and recreated.
+func InspectProtected(workspace, mountAt string, protected, hidden []string) (*Protection, error) {
+	w := &protectWalk{workspace: workspace, mountAt: mountAt, pinned: map[string]bool{}, done: map[string]bool{}, pr: &Protection{Workspace: workspace}}
 	for _, rel := range protected {
 		if err := w.walk(rel, Protect, "protected path "+rel, "placeholder for missing protected path "+rel); err != nil {
-			return w.pr, err
+			return nil, err
 		}
 	}
 	for _, rel := range hidden {
 		if err := w.walk(rel, Hide, "hutch's own directory, hidden", "hutch's own directory, hidden"); err != nil {
-			return w.pr, err
+			return nil, err
 		}
 	}
 	// Pins first (shallow to deep), then the leaves: a recursive self-bind
@@ -314,7 +323,34 @@ func PrepareProtected(workspace, mountAt string, protected, hidden []string) (*P
 	return w.pr, nil
 }
 
-// protectWalk is PrepareProtected's state.
+// PrepareProtected is InspectProtected followed by Prepare.
+func PrepareProtected(workspace, mountAt string, protected, hidden []string) (*Protection, error) {
+	pr, err := InspectProtected(workspace, mountAt, protected, hidden)
+	if err != nil {
+		return nil, err
+	}
+	return pr, pr.Prepare()
+}
+
+// Prepare creates the placeholders on the host, resolving each beneath the
+// workspace without following symlinks. A placeholder path that exists by
+// now (something appeared since InspectProtected looked) is an error: the steps no
+// longer describe the workspace. On error, what it created is removed.
+func (pr *Protection) Prepare() error {
+	for _, rel := range pr.Placeholders {
+		if err := mkdirBeneath(pr.Workspace, rel); err != nil {
+			_ = pr.Cleanup()
+			if errors.Is(err, unix.EEXIST) {
+				return fmt.Errorf("protected path %s appeared in the workspace while the sandbox was planned; run again", rel)
+			}
+			return fmt.Errorf("protected path: create placeholder %s: %w", rel, err)
+		}
+		pr.made = append(pr.made, rel)
+	}
+	return nil
+}
+
+// protectWalk is InspectProtected's state.
 type protectWalk struct {
 	workspace, mountAt string
 	pr                 *Protection
@@ -322,6 +358,29 @@ type protectWalk struct {
 	done               map[string]bool // paths walked already
 	placed             []string
 	pins, leaves       []Step
+}
+
+// mkdirBeneath makes the directory rel beneath root, every component
+// resolved without symlinks and beneath root.
+func mkdirBeneath(root, rel string) error {
+	dirfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dirfd)
+	parent := filepath.Dir(rel)
+	pfd := dirfd
+	if parent != "." {
+		pfd, err = unix.Openat2(dirfd, parent, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		if err != nil {
+			return err
+		}
+		defer unix.Close(pfd)
+	}
+	return unix.Mkdirat(pfd, filepath.Base(rel), 0o755)
 }
 
 // walk resolves rel component by component without following symlinks,
@@ -348,10 +407,7 @@ func (w *protectWalk) walk(rel string, kind Kind, why, whyPlaceholder string) er
 		var st unix.Stat_t
 		err := unix.Fstatat(dirfd, c, &st, unix.AT_SYMLINK_NOFOLLOW)
 		if errors.Is(err, unix.ENOENT) {
-			if err := unix.Mkdirat(dirfd, c, 0o755); err != nil {
-				return fmt.Errorf("protected path %s: create placeholder %s: %w", rel, cur, err)
-			}
-			w.pr.Placeholders = append(w.pr.Placeholders, filepath.Join(w.workspace, cur))
+			w.pr.Placeholders = append(w.pr.Placeholders, cur)
 			w.placed = append(w.placed, cur)
 			w.leaves = append(w.leaves, Step{Kind: kind, Target: inside, NoSymlinks: true, Why: whyPlaceholder})
 			return nil
@@ -396,19 +452,22 @@ func coveredBy(rel string, placed []string) bool {
 	return false
 }
 
-// Cleanup removes the placeholders PrepareProtected created, if they are
-// still empty directories. It reports what it could not remove and keeps
+// Cleanup removes the placeholders Prepare created, deepest first, if they
+// are still empty directories. It reports what it could not remove and keeps
 // those, so a later call can try again.
 func (pr *Protection) Cleanup() error {
 	var errs []error
 	var left []string
-	for i := len(pr.Placeholders) - 1; i >= 0; i-- {
-		p := pr.Placeholders[i]
+	for i := len(pr.made) - 1; i >= 0; i-- {
+		p := filepath.Join(pr.Workspace, pr.made[i])
 		if err := unix.Rmdir(p); err != nil && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("remove protected-path placeholder %s: %w", p, err))
-			left = append([]string{p}, left...)
+			left = append([]string{pr.made[i]}, left...)
 		}
 	}
-	pr.Placeholders = left
+	pr.made = left
 	return errors.Join(errs...)
 }
+
+// Pending reports whether placeholders Prepare made are still on the host.
+func (pr *Protection) Pending() bool { return pr != nil && len(pr.made) > 0 }

@@ -102,17 +102,35 @@ func TestPrepareProtected(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(pr.Placeholders) != 1 || pr.Placeholders[0] != filepath.Join(ws, ".git") {
+		if len(pr.Placeholders) != 1 || pr.Placeholders[0] != ".git" {
 			t.Fatalf("placeholders %v, want only .git", pr.Placeholders)
 		}
 		if len(pr.Steps) != 1 || pr.Steps[0].Kind != Protect || pr.Steps[0].Target != "/workspace/.git" {
 			t.Errorf("steps %+v", pr.Steps)
+		}
+		if fi, err := os.Stat(filepath.Join(ws, ".git")); err != nil || !fi.IsDir() {
+			t.Fatalf("placeholder not made: %v", err)
 		}
 		if err := pr.Cleanup(); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := os.Stat(filepath.Join(ws, ".git")); !os.IsNotExist(err) {
 			t.Errorf("placeholder not removed: %v", err)
+		}
+	})
+	t.Run("inspect changes nothing", func(t *testing.T) {
+		ws := t.TempDir()
+		pr, err := InspectProtected(ws, "/workspace", []string{".git/hooks", ".git/config"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(filepath.Join(ws, ".git")); !os.IsNotExist(err) {
+			t.Fatalf("InspectProtected created %s: %v", ".git", err)
+		}
+		// Something appears between inspection and preparation.
+		os.Symlink("/etc", filepath.Join(ws, ".git"))
+		if err := pr.Prepare(); err == nil || !strings.Contains(err.Error(), "appeared") {
+			t.Fatalf("Prepare over a path that appeared: %v", err)
 		}
 	})
 	t.Run("git-file", func(t *testing.T) {
@@ -173,7 +191,7 @@ func TestPrepareProtected(t *testing.T) {
 
 func TestPickStageAvoidsBindSources(t *testing.T) {
 	p := &Plan{Steps: []Step{{Kind: Bind, Source: "/tmp", Target: "/workspace"}}}
-	st, err := pickStage(p)
+	st, err := pickStage(OS, p)
 	if err != nil {
 		t.Skipf("no second candidate on this host: %v", err)
 	}
@@ -181,7 +199,7 @@ func TestPickStageAvoidsBindSources(t *testing.T) {
 		t.Errorf("stage /tmp chosen although the workspace is /tmp")
 	}
 	p = &Plan{Steps: []Step{{Kind: Bind, Source: "/tmp/ws", Target: "/workspace"}}}
-	if st, _ := pickStage(p); st != "/tmp" {
+	if st, _ := pickStage(OS, p); st != "/tmp" {
 		t.Errorf("stage %q, want /tmp (a workspace below /tmp does not contain it)", st)
 	}
 }

@@ -1,6 +1,10 @@
 package nsjail
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/hutchsandbox/hutch/cgroup"
+)
 
 // The init is C (init.c, mounts.c, execstage.c): a constructor that takes
 // over the re-executed binary before the Go runtime starts when argv[0] is
@@ -19,7 +23,7 @@ const sigTerminate = 40
 
 // formatRlimits renders the limits for the exec stage: "RES:CUR:MAX,..."
 // with -1 for RLIM_INFINITY.
-func formatRlimits(rl []Rlimit) string {
+func formatRlimits(rl []cgroup.Rlimit) string {
 	var b []byte
 	for i, r := range rl {
 		if i > 0 {

@@ -233,22 +233,23 @@ func (m *message) encode() ([]byte, error) {
 }
 
 func encodeSetup(e *enc, s *Setup) {
+	sb := s.Sandbox
 	var fl uint32
-	if s.Seccomp {
+	if s.Seccomp != nil {
 		fl |= setupSeccomp
 	}
-	if s.Proxy {
+	if sb.Network.Proxy != nil {
 		fl |= setupProxy
 	}
 	if s.Timing {
 		fl |= setupTiming
 	}
 	e.u32(fl)
-	e.str("hostname", s.Hostname)
+	e.str("hostname", sb.Identity.Hostname)
 	e.str("resource limits", formatRlimits(s.Rlimits))
-	e.i64(int64(s.UID))
-	e.i64(int64(s.GID))
-	encodePlan(e, s.Plan) // last: the init compares it with its plan hint
+	e.i64(int64(sb.Identity.UID))
+	e.i64(int64(sb.Identity.GID))
+	encodePlan(e, sb.Mounts) // last: the init compares it with its plan hint
 }
 
 // EncodePlanHint encodes p as the setup message carries it: the form of

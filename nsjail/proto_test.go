@@ -5,9 +5,20 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hutchsandbox/hutch/mounts"
 	"golang.org/x/sys/unix"
+
+	"github.com/hutchsandbox/hutch/cgroup"
+	"github.com/hutchsandbox/hutch/mounts"
+	"github.com/hutchsandbox/hutch/plan"
 )
+
+func testSandbox(m *mounts.Plan, hostname string, uid, gid int, proxy bool) *plan.Sandbox {
+	sb := &plan.Sandbox{Mounts: m, Identity: plan.Identity{Hostname: hostname, UID: uid, GID: gid}}
+	if proxy {
+		sb.Network.Proxy = &plan.Proxy{HTTP: 3128, SOCKS: 1080, DNS: 53}
+	}
+	return sb
+}
 
 // The setup message, read field by field in init.c's order.
 func TestEncodeSetupMatchesTheInitsReader(t *testing.T) {
@@ -17,8 +28,8 @@ func TestEncodeSetupMatchesTheInitsReader(t *testing.T) {
 		{Kind: mounts.Protect, Target: "/workspace/.git/hooks", NoSymlinks: true},
 	}}
 	m := &message{Op: opSetup, ID: 7, Setup: &Setup{
-		Plan: plan, Hostname: "hutch", UID: 1000, GID: 1001, Seccomp: true, Proxy: true, Timing: true,
-		Rlimits: []Rlimit{{Resource: 7, Cur: 4096, Max: 4096}, {Resource: 9, Cur: ^uint64(0), Max: ^uint64(0)}},
+		Sandbox: testSandbox(plan, "hutch", 1000, 1001, true), Seccomp: []byte{1}, Timing: true,
+		Rlimits: []cgroup.Rlimit{{Resource: 7, Cur: 4096, Max: 4096}, {Resource: 9, Cur: ^uint64(0), Max: ^uint64(0)}},
 	}}
 	b, err := m.encode()
 	if err != nil {
@@ -73,7 +84,7 @@ func TestPlanHintIsTheSetupsTail(t *testing.T) {
 		{Kind: mounts.Bind, Source: "/home/u/proj", Target: "/workspace"},
 		{Kind: mounts.Pin, Target: "/workspace/.git", NoSymlinks: true},
 	}}
-	setup, err := (&message{Op: opSetup, Setup: &Setup{Plan: plan, Hostname: "h", UID: 1000, GID: 1000}}).encode()
+	setup, err := (&message{Op: opSetup, Setup: &Setup{Sandbox: testSandbox(plan, "h", 1000, 1000, false)}}).encode()
 	if err != nil {
 		t.Fatal(err)
 	}

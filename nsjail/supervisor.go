@@ -40,6 +40,7 @@ import (
 
 	"github.com/hutchsandbox/hutch/internal/memfd"
 	"github.com/hutchsandbox/hutch/landlock"
+	"github.com/hutchsandbox/hutch/plan"
 )
 
 // Config configures the launch of one sandbox's init.
@@ -61,6 +62,16 @@ type Config struct {
 	// discards it when it cannot be used (a cgroup it cannot be moved into)
 	// and starts one the usual way.
 	Prestarted *Prestarted
+	// Spawner lets a session's commands after its first start from a
+	// spawner (plan.Process.Spawner; see spawner.go).
+	Spawner bool
+	// Listener, when the sandbox's seccomp filter notifies, is called for
+	// each seccomp listener the sandbox will send: for a command started the
+	// direct way (p is that command; it has not started yet), or for the
+	// spawner (p is nil: its listener serves every command it starts). It
+	// returns the end of a socketpair to hand to the sandbox, which Exec
+	// closes; the caller serves the other end. nil: no notification.
+	Listener func(p *Process) (*os.File, error)
 }
 
 // Prestarted is an init started before the Go runtime (package prestart):
@@ -116,6 +127,8 @@ type Sandbox struct {
 	launchErr  error
 	afterStart func(pid int) error
 
+	cfg          Config
+	spawner      spawnerGate
 	spawnerMu    sync.Mutex
 	spawnerReply chan *message
 
@@ -131,7 +144,10 @@ type Sandbox struct {
 type Process struct {
 	ID  uint64
 	Pid int // in the sandbox's pid namespace
+	// Tag is the caller's, from ExecRequest.Tag.
+	Tag any
 	sb  *Sandbox
+	req *ExecRequest
 
 	started chan struct{}
 	done    chan struct{}
@@ -261,6 +277,7 @@ func newSandbox(ctrl *os.File, cfg *Config) (*Sandbox, error) {
 	}
 	return &Sandbox{
 		ctrl:         c,
+		cfg:          *cfg,
 		afterStart:   cfg.AfterStart,
 		launched:     make(chan struct{}),
 		initDone:     make(chan struct{}),
@@ -338,18 +355,17 @@ func reap(proc *os.Process, pid int) {
 
 // Configure has the launched init build the sandbox from setup (root
 // filesystem, proxy sockets), builds and hands over the Landlock ruleset,
-// and waits until the sandbox is ready for commands. seccomp is the BPF
-// program (struct sock_filter[]) every command runs under; nil for none.
-// On error the sandbox is closed.
-func (s *Sandbox) Configure(ctx context.Context, setup Setup, seccomp []byte) error {
-	err := s.configure(ctx, &setup, seccomp)
+// and waits until the sandbox is ready for commands. On error the sandbox
+// is closed.
+func (s *Sandbox) Configure(ctx context.Context, setup *Setup) error {
+	err := s.configure(ctx, setup)
 	if err != nil {
 		s.kill()
 	}
 	return err
 }
 
-func (s *Sandbox) configure(ctx context.Context, setup *Setup, seccomp []byte) error {
+func (s *Sandbox) configure(ctx context.Context, setup *Setup) error {
 	<-s.launched
 	if s.launchErr != nil {
 		return &SetupError{"create the sandbox's namespaces", diagnoseClone(s.launchErr)}
@@ -360,15 +376,15 @@ func (s *Sandbox) configure(ctx context.Context, setup *Setup, seccomp []byte) e
 		}
 	}
 	var fds []int
-	if seccomp != nil {
-		memfd, err := bpfMemfd(seccomp)
+	if setup.Seccomp != nil {
+		memfd, err := bpfMemfd(setup.Seccomp)
 		if err != nil {
 			return &SetupError{"prepare seccomp program", err}
 		}
 		defer memfd.Close()
 		fds = append(fds, int(memfd.Fd()))
-		setup.Seccomp = true
 	}
+	proxy := setup.Sandbox.Network.Proxy != nil
 	if err := s.ctrl.send(&message{Op: opSetup, Setup: setup}, fds...); err != nil {
 		if errors.Is(err, unix.EPIPE) {
 			// The init is gone; it may have said why before it went
@@ -410,7 +426,7 @@ func (s *Sandbox) configure(ctx context.Context, setup *Setup, seccomp []byte) e
 		return &SetupError{"build the sandbox", fmt.Errorf("unexpected message %d from init", r.m.Op)}
 	}
 	want := 1
-	if setup.Proxy {
+	if proxy {
 		want = 4
 	}
 	if len(r.fds) != want {
@@ -425,12 +441,12 @@ func (s *Sandbox) configure(ctx context.Context, setup *Setup, seccomp []byte) e
 		s.Timing = append(s.Timing, st)
 	}
 	for i, name := range []string{"proxy-http", "proxy-socks5", "dns"} {
-		if setup.Proxy {
+		if proxy {
 			s.ProxyFiles = append(s.ProxyFiles, os.NewFile(uintptr(r.fds[1+i]), name))
 		}
 	}
 	s.Ready = &Ready{PlanHint: hintState(r.m.Hint)}
-	err := s.landlock(setup.Landlock, r.fds[0])
+	err := s.landlock(setup.Sandbox.Landlock, r.fds[0])
 	unix.Close(r.fds[0])
 	if err != nil {
 		for _, f := range s.ProxyFiles {
@@ -447,23 +463,9 @@ func (s *Sandbox) configure(ctx context.Context, setup *Setup, seccomp []byte) e
 // root as the init sees it (no sandboxed code has run yet), records what
 // this kernel enforces, and hands the ruleset to the init, which gives it
 // to every command's exec stage.
-func (s *Sandbox) landlock(spec *LandlockSpec, root int) error {
-	if spec == nil {
-		return nil
-	}
+func (s *Sandbox) landlock(ll plan.Landlock, root int) error {
 	t0 := time.Now()
-	rules := landlock.Rules{
-		ReadExec:          spec.ReadExec,
-		ReadOnly:          spec.ReadOnly,
-		ListOnly:          spec.ListOnly,
-		ReadWrite:         spec.ReadWrite,
-		ReadWriteFiles:    spec.ReadWriteFiles,
-		ConnectTCP:        spec.ConnectTCP,
-		BindTCP:           spec.BindTCP,
-		ScopeAbstractUnix: spec.ScopeAbstractUnix,
-		ScopeSignal:       spec.ScopeSignal,
-	}
-	fd, rep, err := landlock.BuildBeneath(root, rules, spec.Strict)
+	fd, rep, err := landlock.BuildBeneath(root, ll.Rules, ll.Strict)
 	s.Ready.LandlockABI = rep.ABI
 	s.Ready.LandlockEnforced = rep.Enforced
 	s.Ready.LandlockNotEnforced = rep.NotEnforced
@@ -528,10 +530,17 @@ func (s *Sandbox) dispatch() {
 			p.Pid = m.Pid
 			close(p.started)
 		case opSpawnErr:
-			p.exit = ExitInfo{ExecCode: m.Code, ExecError: m.Error}
 			if m.Code == codeNoSpawner {
-				p.exit = ExitInfo{Err: ErrSpawnerGone}
+				// Nothing ran: start it the direct way, and every later
+				// command too.
+				s.spawnerGone()
+				if err := s.send(p, false); err != nil {
+					p.exit = ExitInfo{Err: fmt.Errorf("start the command: %w", err)}
+					p.finish()
+				}
+				continue
 			}
+			p.exit = ExitInfo{ExecCode: m.Code, ExecError: m.Error}
 			p.finish()
 		case opExit:
 			s.mu.Lock()
@@ -582,26 +591,16 @@ type ExecRequest struct {
 	Env  []string
 	Cwd  string
 	// Stdin, Stdout and Stderr are handed to the command as they are
-	// (passed as descriptors, not copied).
+	// (passed as descriptors, not copied). They must stay open until the
+	// command has started.
 	Stdin, Stdout, Stderr *os.File
-	// Notify, when non-nil, receives the seccomp listener fd sent by the
-	// exec stage: pass one end of a unix socketpair.
-	Notify *os.File
-	// ViaSpawner starts the command from the session's spawner (see
-	// StartSpawner); Notify is then unused. If the spawner is gone, the
-	// command ends at once with ErrSpawnerGone and nothing ran.
-	ViaSpawner bool
-	// Created, when set, is called with the new Process before the spawn
-	// request is sent (so before the command can run).
-	Created func(*Process)
+	// Tag is the caller's own, kept in the Process (e.g. where to record
+	// the command's security events; see CommandOf).
+	Tag any
 }
 
-// ErrSpawnerGone is the exit error of a command sent through a spawner that
-// no longer exists: the command did not start; start it without.
-var ErrSpawnerGone = errors.New("the session's spawner is gone")
-
-// StartSpawner has the init start the session's spawner: a process in the
-// commands' user namespace that applies the restrictions every command
+// requestSpawner has the init start the session's spawner: a process in
+// the commands' user namespace that applies the restrictions every command
 // shares (capabilities, no_new_privs, the Landlock ruleset, the seccomp
 // filter) once and forks each later command's reaper, which inherits them
 // (execstage.c). scope is a Landlock ruleset that only scopes signals and
@@ -609,7 +608,7 @@ var ErrSpawnerGone = errors.New("the session's spawner is gone")
 // layer of it, away from the spawner and the other commands. With a
 // seccomp filter that notifies, notify receives the spawner's listener,
 // shared by every command it starts. The descriptors are not closed.
-func (s *Sandbox) StartSpawner(scope int, notify *os.File) error {
+func (s *Sandbox) requestSpawner(scope int, notify *os.File) error {
 	s.spawnerMu.Lock()
 	defer s.spawnerMu.Unlock()
 	fds := []int{scope}
@@ -632,33 +631,50 @@ func (s *Sandbox) StartSpawner(scope int, notify *os.File) error {
 	}
 }
 
-// Exec starts a command in the sandbox.
+// Exec starts a command in the sandbox: the direct way (the init forks its
+// exec stage), or, for a session's later commands where the plan allows,
+// from the spawner (see spawner.go); a command the spawner could not take
+// because it is gone starts the direct way.
 func (s *Sandbox) Exec(req *ExecRequest) (*Process, error) {
+	via := s.useSpawner()
 	s.mu.Lock()
 	if s.dead != nil {
 		s.mu.Unlock()
 		return nil, s.dead
 	}
 	s.nextID++
-	p := &Process{ID: s.nextID, sb: s, started: make(chan struct{}), done: make(chan struct{})}
+	p := &Process{ID: s.nextID, Tag: req.Tag, sb: s, req: req, started: make(chan struct{}), done: make(chan struct{})}
+	// Known before it can run, so that its first seccomp notification is
+	// attributed to it (CommandOf).
 	s.procs[p.ID] = p
 	s.mu.Unlock()
-	if req.Created != nil {
-		req.Created(p)
-	}
-	fds := []int{int(req.Stdin.Fd()), int(req.Stdout.Fd()), int(req.Stderr.Fd())}
-	sp := &Spawn{Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, ViaSpawner: req.ViaSpawner}
-	if req.Notify != nil && !req.ViaSpawner {
-		sp.Notify = true
-		fds = append(fds, int(req.Notify.Fd()))
-	}
-	if err := s.ctrl.send(&message{Op: opSpawn, ID: p.ID, Spawn: sp}, fds...); err != nil {
+	if err := s.send(p, via); err != nil {
 		s.mu.Lock()
 		delete(s.procs, p.ID)
 		s.mu.Unlock()
 		return nil, err
 	}
 	return p, nil
+}
+
+// send sends p's spawn request, through the spawner or the direct way
+// (then with a seccomp listener socket of its own when the filter notifies).
+func (s *Sandbox) send(p *Process, via bool) error {
+	req := p.req
+	fds := []int{int(req.Stdin.Fd()), int(req.Stdout.Fd()), int(req.Stderr.Fd())}
+	sp := &Spawn{Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, ViaSpawner: via}
+	if !via && s.cfg.Listener != nil {
+		child, err := s.cfg.Listener(p)
+		if err != nil {
+			return err
+		}
+		if child != nil {
+			defer child.Close()
+			sp.Notify = true
+			fds = append(fds, int(child.Fd()))
+		}
+	}
+	return s.ctrl.send(&message{Op: opSpawn, ID: p.ID, Spawn: sp}, fds...)
 }
 
 // Started is closed when the init reported the command started (Pid is set

@@ -14,6 +14,11 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // identity (HOME, USER, LOGNAME, SHELL), then extra ("K=V" sets, "K" passes
 // the caller's K through). Nothing else of host leaks in.
 func (p *Policy) CommandEnv(host []string, extra []string) ([]string, error) {
+	return p.Environment.CommandEnv(host, extra)
+}
+
+// CommandEnv is Policy.CommandEnv for this environment section.
+func (e Environment) CommandEnv(host []string, extra []string) ([]string, error) {
 	hostMap := map[string]string{}
 	for _, kv := range host {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -22,11 +27,11 @@ func (p *Policy) CommandEnv(host []string, extra []string) ([]string, error) {
 	}
 	out := map[string]string{}
 	for k, v := range hostMap {
-		if passes(p.Environment.Pass, k) {
+		if passes(e.Pass, k) {
 			out[k] = v
 		}
 	}
-	for k, v := range p.Environment.Set {
+	for k, v := range e.Set {
 		out[k] = v
 	}
 	if _, ok := out["PATH"]; !ok {

@@ -92,7 +92,12 @@ func New(w io.Writer) *Log {
 func Discard() *Log { return New(io.Discard) }
 
 // Path is the file the log writes to ("" when not a file).
-func (l *Log) Path() string { return l.path }
+func (l *Log) Path() string {
+	if l == nil {
+		return ""
+	}
+	return l.path
+}
 
 // Close closes the log file.
 func (l *Log) Close() error {

@@ -25,12 +25,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutchsandbox/hutch"
+	"github.com/hutchsandbox/hutch/egress"
 	// The C fast path of `hutch exec` (a constructor; see its package doc).
 	_ "github.com/hutchsandbox/hutch/execclient"
 	"github.com/hutchsandbox/hutch/nsjail/prestart"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seccompprofiles"
 	"github.com/hutchsandbox/hutch/seclog"
+	"github.com/hutchsandbox/hutch/store"
 )
 
 // version is set by the linker (-X main.version=...).
@@ -99,7 +101,7 @@ func newAppUncached() *cli.App {
 		OnUsageError: func(c *cli.Context, err error, isSub bool) error {
 			return &exitError{hutch.ExitSetup, "hutch: " + err.Error() + " (see hutch " + c.Command.Name + " --help)"}
 		},
-		Commands: []*cli.Command{runCommand(), execCommand(), sessionCommand(), mcpCommand(), doctorCommand(), policyCommand(), seccompCommand()},
+		Commands: []*cli.Command{runCommand(), execCommand(), sessionCommand(), mcpCommand(), planCommand(), doctorCommand(), policyCommand(), seccompCommand()},
 	}
 }
 
@@ -340,7 +342,7 @@ func policyCommand() *cli.Command {
 					os.Stdout.Write(b)
 					if p.Network.Mode == policy.NetProxy && p.Network.DiscoverRegistries {
 						ws, _ := hutch.ResolveWorkspace(p.Filesystem.Workspace)
-						found := hutch.DiscoverRegistries(c.Context, ws, true)
+						found := egress.DiscoverStored(c.Context, store.Open(), ws, true)
 						fmt.Printf("\n# Discovered at run time (network.discover_registries = true): %d registries the\n# host's own tools are configured to use. Each is allowlisted with this reason.\n", len(found))
 						for _, d := range found {
 							fmt.Printf("# [[network.allow]] host = %q ports = %v reason = %q\n", d.Entry.Host, d.Entry.Ports, d.Entry.Reason)

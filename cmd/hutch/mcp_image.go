@@ -34,7 +34,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutchsandbox/hutch"
-	"github.com/hutchsandbox/hutch/hostdirs"
+	"github.com/hutchsandbox/hutch/store"
 )
 
 // mcpImage is the gzip-compressed hutch binary with the MCP server linked
@@ -48,8 +48,8 @@ var mcpImage []byte
 func mcpServerStatus() string {
 	const how = "a second image carried by this binary, run from a sealed memfd"
 	if readTrim("/proc/sys/vm/memfd_noexec") == "2" {
-		if dir := hostdirs.Cache(); dir != "" {
-			return "a second image carried by this binary; this host refuses executable memfds (vm.memfd_noexec = 2), so it runs from a read-only copy under " + filepath.Join(dir, "mcp")
+		if dir := store.Open().Dir(); dir != "" {
+			return "a second image carried by this binary; this host refuses executable memfds (vm.memfd_noexec = 2), so it runs from a read-only copy under " + filepath.Join(dir, store.MCP.Name)
 		}
 		return how + ", which this host refuses (vm.memfd_noexec = 2), and there is no cache directory for a copy (set XDG_CACHE_HOME or HOME): hutch mcp fails here; use a hutch built with `go build ./cmd/hutch`, which links the server in"
 	}
@@ -113,20 +113,22 @@ func unpackMCPImage(f *os.File) error {
 
 // execMCPImageFile runs the image from a file, for a host that refuses
 // executable memfds: $XDG_CACHE_HOME/hutch/mcp/hutch-mcp-HASH, mode 0500,
-// unpacked by the first `hutch mcp` of this build and renamed into place
-// whole. Unlike the sealed memfd, its owner could change it; the cache
-// directory is the user's own and is never visible inside a sandbox (see
-// hostdirs), which holds the compiled seccomp filter under the same trust.
+// unpacked into hutch's store by the first `hutch mcp` of this build and
+// renamed into place whole (the store keeps one: a new build's copy removes
+// the others; a server still running one keeps it until it exits). Unlike
+// the sealed memfd, its owner could change it; the cache directory is the
+// user's own and is never visible inside a sandbox (see hostdirs), which
+// holds the compiled seccomp filter under the same trust.
 func execMCPImageFile(argv, env []string) error {
-	dir := hostdirs.Cache()
-	if dir == "" {
+	st := store.Open()
+	if st.Dir() == "" {
 		return errors.New("this host refuses executable memfds (vm.memfd_noexec = 2) and there is no cache directory (XDG_CACHE_HOME or HOME) to unpack the MCP server image into")
 	}
-	dir = filepath.Join(dir, "mcp")
 	sum := sha256.Sum256(mcpImage)
-	path := filepath.Join(dir, "hutch-mcp-"+hex.EncodeToString(sum[:16]))
+	key := "hutch-mcp-" + hex.EncodeToString(sum[:16])
+	path := st.Path(store.MCP, key)
 	if !mcpImageFileOK(path) {
-		if err := writeMCPImageFile(dir, path); err != nil {
+		if err := st.PutWith(store.MCP, key, 0o500, unpackMCPImage); err != nil {
 			return fmt.Errorf("this host refuses executable memfds (vm.memfd_noexec = 2); unpack the MCP server image to %s: %w", path, err)
 		}
 	}
@@ -147,42 +149,4 @@ func mcpImageFileOK(path string) bool {
 		return false
 	}
 	return uint32(fi.Size()) == binary.LittleEndian.Uint32(mcpImage[len(mcpImage)-4:])
-}
-
-// writeMCPImageFile unpacks the image into a temporary file in dir and
-// renames it to path, so that a concurrent `hutch mcp` sees either no file
-// or a whole one; then it removes the copies of other builds.
-func writeMCPImageFile(dir, path string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, ".hutch-mcp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	err = unpackMCPImage(f)
-	if err == nil {
-		err = f.Chmod(0o500)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	// The copies of earlier builds (a server still running one keeps it
-	// until it exits).
-	if old, _ := filepath.Glob(filepath.Join(dir, "hutch-mcp-*")); len(old) > 0 {
-		for _, o := range old {
-			if o != path {
-				os.Remove(o)
-			}
-		}
-	}
-	return nil
 }

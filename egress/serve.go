@@ -1,4 +1,4 @@
-package hutch
+package egress
 
 import (
 	"context"
@@ -9,19 +9,14 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
-	"sort"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/hutchsandbox/hutch/egress"
-	"github.com/hutchsandbox/hutch/hostdirs"
 	"github.com/hutchsandbox/hutch/internal/pollwait"
-	"github.com/hutchsandbox/hutch/nsjail"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seclog"
+	"github.com/hutchsandbox/hutch/store"
 )
 
 // registryCacheTTL bounds how long discovered registries are reused.
@@ -30,53 +25,63 @@ import (
 const registryCacheTTL = 10 * time.Minute
 
 // discoveryEnv are the variables that change what discovery finds; they
-// key the cache.
+// key the stored result.
 var discoveryEnv = []string{"HOME", "PATH", "npm_config_registry", "NPM_CONFIG_REGISTRY", "GOPROXY", "GOSUMDB", "GOFLAGS",
 	"PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CONFIG_FILE", "CARGO_HOME", "XDG_CONFIG_HOME"}
 
-// DiscoverRegistries returns the package registries the host's tools are
-// configured to use, each as an allowlist entry with its reason. Results
-// are cached for ten minutes under the user's cache directory; fresh
-// forces a new discovery. workspace is never trusted as a source.
-func DiscoverRegistries(ctx context.Context, workspace string, fresh bool) []egress.Discovered {
+// DiscoverStored is Discover of SystemHost(workspace) through st: a result
+// younger than ten minutes for the same environment and workspace is reused
+// unless fresh is set. workspace is never trusted as a source.
+func DiscoverStored(ctx context.Context, st *store.Store, workspace string, fresh bool) []Discovered {
 	h := sha256.New()
 	for _, k := range discoveryEnv {
 		h.Write([]byte(k + "=" + os.Getenv(k) + "\x00"))
 	}
 	h.Write([]byte(workspace))
 	key := hex.EncodeToString(h.Sum(nil))[:24]
-	dir := hostdirs.Cache()
-	path := ""
-	if dir != "" {
-		path = filepath.Join(dir, "registries-"+key+".json")
-		if fi, err := os.Stat(path); err == nil && !fresh && time.Since(fi.ModTime()) < registryCacheTTL {
-			var d []egress.Discovered
-			if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &d) == nil {
-				return d
-			}
+	if b, mod, err := st.Get(store.Registries, key); err == nil && !fresh && time.Since(mod) < registryCacheTTL {
+		var d []Discovered
+		if json.Unmarshal(b, &d) == nil {
+			return d
 		}
 	}
-	d := egress.Discover(ctx, egress.SystemHost(workspace))
-	if path != "" && ctx.Err() == nil {
+	d := Discover(ctx, SystemHost(workspace))
+	if ctx.Err() == nil {
 		if b, err := json.Marshal(d); err == nil {
-			_ = hostdirs.WriteFile(path, b) // a cache: the next run discovers again
+			_ = st.Put(store.Registries, key, b) // a cache: the next run discovers again
 		}
 	}
 	return d
 }
 
-// egressServer runs the egress proxy for one sandbox on the sockets its
-// init made inside the sandbox's network namespace.
-type egressServer struct {
+// ServeConfig is what one sandbox's egress needs.
+type ServeConfig struct {
+	// Allow is the policy's allowlist.
+	Allow []policy.AllowEntry
+	// Discover, when set, adds the registries the host's tools use; it is
+	// called once, when the first connection or datagram arrives.
+	Discover func(context.Context) []policy.AllowEntry
+	// Recorder receives the security events.
+	Recorder *seclog.Recorder
+	Logger   *slog.Logger
+}
+
+// Server runs the egress proxy of one sandbox on the sockets its init made
+// inside the sandbox's network namespace.
+type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-// startEgress serves the proxy, the SOCKS5 proxy and the DNS refuser. The
-// allowlist (which may need discovery) is built in the background:
-// connections wait in the listen backlog meanwhile, and a command that
-// never uses the network never waits for it.
-func startEgress(ctx context.Context, p *policy.Policy, workspace string, files []*os.File, rec *seclog.Recorder, logger *slog.Logger) (*egressServer, error) {
+// Serve serves the HTTP proxy, the SOCKS5 proxy and the DNS refuser on
+// files (in that order; it takes them over). The allowlist (which may need
+// discovery) is built when something first reaches the proxy: connections
+// wait in the listen backlog meanwhile, and a command that never uses the
+// network never waits for it.
+func Serve(ctx context.Context, cfg ServeConfig, files []*os.File) (*Server, error) {
+	if len(files) != 3 {
+		return nil, errors.New("egress: want the HTTP, SOCKS5 and DNS sockets")
+	}
 	httpLn, err := net.FileListener(files[0])
 	if err != nil {
 		return nil, err
@@ -96,34 +101,27 @@ func startEgress(ctx context.Context, p *policy.Policy, workspace string, files 
 		f.Close()
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	es := &egressServer{cancel: cancel}
-	es.wg.Add(1)
+	s := &Server{cancel: cancel}
+	s.wg.Add(1)
 	go func() {
-		defer es.wg.Done()
-		allow := append([]policy.AllowEntry(nil), p.Network.Allow...)
-		// Discovery asks the host's tools (hundreds of milliseconds): do
-		// it only once something actually reaches the proxy, so commands
-		// that never use the network never pay for it; pending
-		// connections wait in the listen backlog meanwhile.
-		if p.Network.DiscoverRegistries && !waitForTraffic(ctx, httpLn, socksLn, dnsPC) {
-			httpLn.Close()
-			socksLn.Close()
-			dnsPC.Close()
-			return
-		}
-		if p.Network.DiscoverRegistries {
-			for _, d := range DiscoverRegistries(ctx, workspace, false) {
-				allow = append(allow, d.Entry)
+		defer s.wg.Done()
+		closeAll := func() { httpLn.Close(); socksLn.Close(); dnsPC.Close() }
+		allow := append([]policy.AllowEntry(nil), cfg.Allow...)
+		if cfg.Discover != nil {
+			// Discovery asks the host's tools (hundreds of milliseconds):
+			// only once something actually reaches the proxy.
+			if !waitForTraffic(ctx, httpLn, socksLn, dnsPC) {
+				closeAll()
+				return
 			}
+			allow = append(allow, cfg.Discover(ctx)...)
 		}
-		px, err := egress.New(egress.Config{Allow: allow, Recorder: rec, Logger: logger})
+		px, err := New(Config{Allow: allow, Recorder: cfg.Recorder, Logger: cfg.Logger})
 		if err != nil {
-			if logger != nil {
-				logger.Error("egress proxy", "err", err)
+			if cfg.Logger != nil {
+				cfg.Logger.Error("egress proxy", "err", err)
 			}
-			httpLn.Close()
-			socksLn.Close()
-			dnsPC.Close()
+			closeAll()
 			return
 		}
 		var wg sync.WaitGroup
@@ -133,7 +131,16 @@ func startEgress(ctx context.Context, p *policy.Policy, workspace string, files 
 		go func() { defer wg.Done(); _ = px.ServeDNS(ctx, dnsPC) }()
 		wg.Wait()
 	}()
-	return es, nil
+	return s, nil
+}
+
+// Stop ends the proxy and waits for its connections to close.
+func (s *Server) Stop() {
+	if s == nil {
+		return
+	}
+	s.cancel()
+	s.wg.Wait()
 }
 
 // waitForTraffic blocks until a connection or datagram is pending on one of
@@ -190,33 +197,4 @@ func waitForTraffic(ctx context.Context, socks ...any) bool {
 		<-ready
 	}
 	return got && ctx.Err() == nil
-}
-
-// stop ends the proxy and waits for its connections to close.
-func (es *egressServer) stop() {
-	if es == nil {
-		return
-	}
-	es.cancel()
-	es.wg.Wait()
-}
-
-// proxyEnv is the environment that points tools at the egress proxy.
-func proxyEnv(env []string) []string {
-	out := append([]string(nil), env...)
-	seen := map[string]int{}
-	for i, kv := range out {
-		k, _, _ := strings.Cut(kv, "=")
-		seen[k] = i
-	}
-	for _, kv := range egress.Env(nsjail.ProxyHTTPPort, nsjail.ProxySOCKSPort) {
-		k, _, _ := strings.Cut(kv, "=")
-		if i, ok := seen[k]; ok {
-			out[i] = kv
-		} else {
-			out = append(out, kv)
-		}
-	}
-	sort.Strings(out)
-	return out
 }

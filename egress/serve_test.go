@@ -1,4 +1,4 @@
-package hutch
+package egress
 
 import (
 	"context"

@@ -1,0 +1,147 @@
+// Package limits enforces a sandbox's resources on this host, as its plan
+// says (plan.Resources): a cgroup where the host gives one, else rlimits in
+// the sandbox; and words what a command hit (memory, processes, file size,
+// CPU time) as security events.
+package limits
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutchsandbox/hutch/cgroup"
+	"github.com/hutchsandbox/hutch/plan"
+	"github.com/hutchsandbox/hutch/seclog"
+)
+
+// Sandbox is how one sandbox's resources are enforced.
+type Sandbox struct {
+	res     plan.Resources
+	cg      cgroup.Cgroup // nil: rlimits only
+	backend string
+	reason  string // why no cgroup, when cg is nil
+	rlimits []cgroup.Rlimit
+}
+
+// Setup makes the sandbox's cgroup when its plan has one (named after id),
+// else, or when the cgroup cannot be made, falls back to rlimits. With
+// strict, a fallback is an error that names what cannot be enforced.
+func Setup(ctx context.Context, r plan.Resources, id string, strict bool, logger *slog.Logger) (*Sandbox, error) {
+	l := &Sandbox{res: r, backend: r.Backend, rlimits: r.Rlimits}
+	if r.Cgroup != nil {
+		cg, err := cgroup.New(ctx, id, *r.Cgroup, cgroup.Options{})
+		if err == nil {
+			l.cg, l.backend = cg, cg.Backend()
+			// Only where this user can make cgroups can a killed hutch have
+			// left some behind; elsewhere the scan would be wasted start-up.
+			if removed, err := cgroup.ReapStale(ctx); err == nil && len(removed) > 0 && logger != nil {
+				logger.Debug("removed stale sandbox cgroups", "cgroups", removed)
+			}
+			return l, nil
+		}
+		if !errors.Is(err, cgroup.ErrUnavailable) && !errors.Is(err, cgroup.ErrControllerMissing) {
+			return nil, fmt.Errorf("create the sandbox's cgroup: %w", err)
+		}
+		if strict {
+			return nil, fmt.Errorf("enforcement = \"strict\": resources.memory, resources.pids and resources.cpus cannot be enforced here (only per-process rlimits are available): %w", err)
+		}
+		l.reason = err.Error()
+	} else {
+		l.reason = r.BackendReason
+	}
+	l.backend = cgroup.BackendRlimit
+	for _, rl := range r.Fallback {
+		if rl.Resource == unix.RLIMIT_NOFILE || rl.Resource == unix.RLIMIT_FSIZE {
+			continue // set on every backend
+		}
+		l.rlimits = append(l.rlimits, rl)
+	}
+	return l, nil
+}
+
+// Cgroup is the sandbox's cgroup, nil on the rlimit backend.
+func (l *Sandbox) Cgroup() cgroup.Cgroup {
+	if l == nil {
+		return nil
+	}
+	return l.cg
+}
+
+// Rlimits are the limits every command gets.
+func (l *Sandbox) Rlimits() []cgroup.Rlimit { return l.rlimits }
+
+// Backend is the backend in use (cgroup.Backend*).
+func (l *Sandbox) Backend() string { return l.backend }
+
+// FallbackReason says why there is no cgroup, "" when there is one.
+func (l *Sandbox) FallbackReason() string {
+	if l.cg != nil {
+		return ""
+	}
+	return l.reason
+}
+
+// Events reads the cgroup's counters (zero without a cgroup).
+func (l *Sandbox) Events() cgroup.Events {
+	if l == nil || l.cg == nil {
+		return cgroup.Events{}
+	}
+	e, _ := l.cg.Events()
+	return e
+}
+
+// Report turns what a command's run added to the counters, and how it
+// ended, into security events on rec (which the run's summary then lists).
+func (l *Sandbox) Report(before, after cgroup.Events, status unix.WaitStatus, rec *seclog.Recorder) {
+	user := l.res.Limits
+	d := cgroup.Events{
+		OOMKills:         after.OOMKills - before.OOMKills,
+		PidsMaxHits:      after.PidsMaxHits - before.PidsMaxHits,
+		CPUThrottled:     after.CPUThrottled - before.CPUThrottled,
+		CPUThrottledUsec: after.CPUThrottledUsec - before.CPUThrottledUsec,
+	}
+	if note := d.CPUNote(user); note != "" {
+		// Throttling slows a command down but stops nothing: logged, not
+		// summarized.
+		rec.Record(seclog.Event{Kind: seclog.KindLimit, Rule: "resources.cpus", Subject: "cpu throttled",
+			Message: strings.TrimPrefix(note, "hutch: "), Level: slog.LevelInfo,
+			Detail: map[string]any{"backend": l.backend, "throttled_periods": d.CPUThrottled, "throttled_usec": d.CPUThrottledUsec}})
+	}
+	for _, m := range d.Messages(user) {
+		kind, subject := "memory", cgroup.FormatBytes(user.MemoryBytes)
+		if strings.Contains(m, "process limit") {
+			kind, subject = "pids", fmt.Sprint(user.Pids)
+		}
+		rec.Record(seclog.Event{Kind: seclog.KindLimit, Rule: "resources." + kind, Subject: kind + " " + subject,
+			Message: strings.TrimPrefix(m, "hutch: "), Level: slog.LevelWarn,
+			Detail: map[string]any{"backend": l.backend, "oom_kills": d.OOMKills, "forks_refused": d.PidsMaxHits, "memory_peak": after.MemoryPeak}})
+	}
+	var m, rule string
+	fileSize := l.res.FileSize
+	switch {
+	case status.Signaled() && status.Signal() == unix.SIGXFSZ:
+		m, rule = fmt.Sprintf("killed: file size limit %s exceeded (SIGXFSZ); raise resources.file_size", fileSize), "resources.file_size"
+	case status.Signaled() && status.Signal() == unix.SIGXCPU:
+		m, rule = "killed: CPU time limit exceeded (SIGXCPU)", "resources.cpus"
+	case status.Exited() && status.ExitStatus() == 128+int(unix.SIGXFSZ):
+		m, rule = fmt.Sprintf("exit status 153 is how shells report a process killed by SIGXFSZ: a file probably exceeded the file size limit %s (resources.file_size)", fileSize), "resources.file_size"
+	case status.Exited() && status.ExitStatus() == 128+int(unix.SIGXCPU) && l.cg == nil:
+		m, rule = "exit status 152 is how shells report a process killed by SIGXCPU: the CPU time limit was probably exceeded", "resources.cpus"
+	}
+	if m != "" {
+		rec.Record(seclog.Event{Kind: seclog.KindLimit, Rule: rule, Subject: rule, Message: m, Level: slog.LevelWarn})
+	}
+}
+
+// Close kills what is left in the cgroup and removes it.
+func (l *Sandbox) Close() {
+	if l == nil || l.cg == nil {
+		return
+	}
+	_ = l.cg.Kill()
+	_ = l.cg.Remove()
+}

@@ -1,0 +1,310 @@
+package plan
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutchsandbox/hutch/cgroup"
+	"github.com/hutchsandbox/hutch/egress"
+	"github.com/hutchsandbox/hutch/landlock"
+	"github.com/hutchsandbox/hutch/mounts"
+	"github.com/hutchsandbox/hutch/policy"
+)
+
+// Request is the command a plan is made for (optional: a session's plan has
+// none).
+type Request struct {
+	Argv []string
+	// Cwd is the working directory inside, absolute or relative to the
+	// workspace; "" is the workspace.
+	Cwd string
+	// ExtraEnv are --env entries ("K=V" sets, "K" passes K through).
+	ExtraEnv []string
+}
+
+// Build makes the sandbox that p gives on host h, for req when it is not
+// nil. It is pure: the same arguments give the same Sandbox. An error says
+// what of the policy this host cannot give (strict enforcement) or what in
+// the request or policy is invalid.
+func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
+	if p == nil {
+		p = policy.Default()
+	}
+	strict := p.Enforcement == policy.EnforceStrict
+	sb := &Sandbox{
+		Enforcement: p.Enforcement,
+		Workspace: Workspace{
+			Host:      h.Workspace,
+			Mount:     policy.WorkspaceMount,
+			Protected: slices.Clone(h.Protected),
+			Hidden:    slices.Clone(h.Hidden),
+		},
+		Identity: Identity{
+			UID: p.Sandbox.UID, GID: p.Sandbox.GID, User: "sandbox",
+			Home: policy.SandboxHome, Hostname: p.Sandbox.Hostname,
+		},
+		Environment: Environment{Pass: slices.Clone(p.Environment.Pass), Set: p.Environment.Set},
+		Lifecycle: Lifecycle{
+			Timeout:     p.Resources.Timeout,
+			SessionIdle: p.Lifecycle.SessionIdle,
+			SessionMax:  p.Lifecycle.SessionMax,
+		},
+	}
+	if h.Protection != nil {
+		sb.Workspace.Placeholders = slices.Clone(h.Protection.Placeholders)
+	}
+	var err error
+	if sb.Mounts, err = buildMounts(p, h, sb); err != nil {
+		return nil, err
+	}
+	sb.Network = buildNetwork(p)
+	if sb.Network.Proxy != nil {
+		sb.Environment.Proxy = egress.Env(sb.Network.Proxy.HTTP, sb.Network.Proxy.SOCKS)
+	}
+	sb.Landlock = buildLandlock(p, h, sb)
+	sb.Seccomp = buildSeccomp(p, h)
+	if sb.Resources, err = buildResources(p, h, strict); err != nil {
+		return nil, err
+	}
+	if sb.Resources.Cgroup == nil {
+		sb.Warnings = append(sb.Warnings, Warning{Subject: "rlimit-fallback",
+			Message: "memory, pids and cpus are capped only per process here (no cgroup): " + sb.Resources.BackendReason})
+	}
+	if w, ok := sb.Landlock.warning(); ok {
+		sb.Warnings = append(sb.Warnings, w)
+	}
+	sb.Process = buildProcess(h, sb)
+	if req != nil {
+		if sb.Command, err = sb.NewCommand(req.Argv, req.Cwd, h.Env, req.ExtraEnv); err != nil {
+			return nil, err
+		}
+	}
+	return sb, nil
+}
+
+// buildMounts is the root filesystem: today's mount plan (package mounts)
+// with the workspace's protection.
+func buildMounts(p *policy.Policy, h *Host, sb *Sandbox) (*mounts.Plan, error) {
+	spec := &mounts.Spec{
+		Tooling:        p.Filesystem.Tooling,
+		Workspace:      h.Workspace,
+		WorkspaceMount: sb.Workspace.Mount,
+		Protected:      h.Protection,
+		Home:           sb.Identity.Home,
+		TmpSize:        int64(p.Filesystem.TmpSize),
+		HomeSize:       int64(p.Filesystem.HomeSize),
+		ShmSize:        int64(p.Filesystem.ShmSize),
+		Sys:            p.Filesystem.Sys,
+		UID:            sb.Identity.UID,
+		GID:            sb.Identity.GID,
+		User:           sb.Identity.User,
+		Hostname:       sb.Identity.Hostname,
+		FS:             h.FS,
+	}
+	for _, b := range p.Filesystem.ReadOnly {
+		t := b.Target
+		if t == "" {
+			t = b.Source
+		}
+		spec.ReadOnly = append(spec.ReadOnly, [2]string{b.Source, t})
+	}
+	return mounts.Build(spec)
+}
+
+func buildNetwork(p *policy.Policy) Network {
+	n := Network{
+		Mode:               p.Network.Mode,
+		Allow:              slices.Clone(p.Network.Allow),
+		DiscoverRegistries: p.Network.DiscoverRegistries && p.Network.Mode == policy.NetProxy,
+		LocalPorts:         slices.Clone(p.Network.LocalPorts),
+	}
+	if p.Network.Mode == policy.NetProxy {
+		n.Proxy = &Proxy{HTTP: ProxyHTTPPort, SOCKS: ProxySOCKSPort, DNS: DNSPort}
+	}
+	return n
+}
+
+// buildLandlock derives the ruleset from the mount plan: read+execute on
+// the tooling tree and extra read-only binds, read on /etc, /proc and /dev,
+// read-write on the workspace and the scratch mounts and the device nodes;
+// no TCP bind or connect beyond the proxy and the policy's local ports;
+// abstract unix sockets and signals scoped to the sandbox's own commands.
+func buildLandlock(p *policy.Policy, h *Host, sb *Sandbox) Landlock {
+	r := landlock.Rules{
+		ReadOnly:          []string{"/etc", "/proc", "/dev"},
+		ListOnly:          []string{"/"},
+		ReadWrite:         []string{sb.Workspace.Mount, "/tmp", sb.Identity.Home, "/dev/shm"},
+		ReadWriteFiles:    append(slices.Clone(mounts.Devices), "/dev/ptmx", "/dev/pts"),
+		ScopeAbstractUnix: true,
+		ScopeSignal:       true,
+	}
+	if p.Filesystem.Sys {
+		r.ReadOnly = append(r.ReadOnly, "/sys")
+	}
+	for _, s := range sb.Mounts.Steps {
+		if s.Kind == mounts.Bind && s.ReadOnly && s.Target != "/etc" && !strings.HasPrefix(s.Target, "/etc/") {
+			r.ReadExec = append(r.ReadExec, s.Target)
+		}
+	}
+	if px := sb.Network.Proxy; px != nil {
+		r.ConnectTCP = append(r.ConnectTCP, uint16(px.HTTP), uint16(px.SOCKS))
+	}
+	for _, port := range sb.Network.LocalPorts {
+		r.ConnectTCP = append(r.ConnectTCP, uint16(port))
+		r.BindTCP = append(r.BindTCP, uint16(port))
+	}
+	_, notEnforced := landlock.Gaps(h.LandlockABI, r)
+	return Landlock{Rules: r, ABI: h.LandlockABI, Strict: p.Enforcement == policy.EnforceStrict, NotEnforced: notEnforced}
+}
+
+// warning is the best-effort warning of a kernel whose Landlock ABI
+// lacks what hutch's rules use, or "" when nothing is missing.
+func (l Landlock) warning() (Warning, bool) {
+	var abiGaps []string
+	for _, g := range l.NotEnforced {
+		if strings.Contains(g, "needs Landlock ABI") || strings.Contains(g, "not available") {
+			abiGaps = append(abiGaps, g)
+		}
+	}
+	if len(abiGaps) == 0 {
+		return Warning{}, false
+	}
+	return Warning{Subject: fmt.Sprintf("landlock-abi-%d", l.ABI),
+		Message: "Landlock on this kernel cannot apply all of hutch's rules: " + strings.Join(abiGaps, "; ")}, true
+}
+
+func buildSeccomp(p *policy.Policy, h *Host) Seccomp {
+	s := Seccomp{
+		Profile:           p.Seccomp.Profile,
+		Notify:            h.Notify,
+		NotifyUnavailable: h.NotifyUnavailable,
+		WatchNetwork:      h.Notify,
+		Strict:            p.Enforcement == policy.EnforceStrict,
+	}
+	if s.Profile == "" {
+		s.Profile = policy.SeccompDefault
+	}
+	return s
+}
+
+// buildResources says how the policy's limits are enforced here: a cgroup
+// where the host gives one, else rlimits in the sandbox. With strict
+// enforcement, limits that no backend can enforce are an error that names
+// them and the fix.
+func buildResources(p *policy.Policy, h *Host, strict bool) (Resources, error) {
+	r := Resources{
+		Backend:       h.Cgroup.Backend,
+		BackendReason: h.Cgroup.Reason,
+		Limits: cgroup.Limits{
+			MemoryBytes: int64(p.Resources.Memory),
+			Pids:        int64(p.Resources.Pids),
+			CPUs:        p.Resources.CPUs,
+		},
+		// File size and open files are per-process limits on every backend.
+		Rlimits: []cgroup.Rlimit{
+			{Resource: unix.RLIMIT_NOFILE, Cur: uint64(p.Resources.OpenFiles), Max: uint64(p.Resources.OpenFiles)},
+			{Resource: unix.RLIMIT_FSIZE, Cur: uint64(p.Resources.FileSize), Max: uint64(p.Resources.FileSize)},
+			{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
+		},
+		FileSize: p.Resources.FileSize,
+	}
+	for _, rl := range cgroup.Rlimits(r.Limits, 0, 0) {
+		r.Fallback = append(r.Fallback, rl)
+	}
+	if r.Backend == "" {
+		r.Backend = cgroup.BackendRlimit
+	}
+	if r.Backend == cgroup.BackendRlimit {
+		if strict {
+			return r, fmt.Errorf("enforcement = \"strict\": resources.memory, resources.pids and resources.cpus cannot be enforced here (only per-process rlimits are available): %w: %s", cgroup.ErrUnavailable, r.BackendReason)
+		}
+		return r, nil
+	}
+	withMargin := r.Limits
+	if withMargin.Pids > 0 {
+		withMargin.Pids += PidsMargin
+	}
+	r.Cgroup = &withMargin
+	return r, nil
+}
+
+// buildProcess decides the process model's options. The spawner is used
+// only where it changes nothing a command can observe or do: with the
+// built-in seccomp profile (which allows everything the spawner's forks
+// need, so a strict custom profile never turns them into denials), and a
+// kernel whose Landlock scopes signals (ABI 6), so that no command can
+// signal the spawner or another command.
+func buildProcess(h *Host, sb *Sandbox) Process {
+	switch {
+	case h.NoSpawner != "":
+		return Process{NoSpawner: h.NoSpawner}
+	case sb.Seccomp.Profile != policy.SeccompDefault:
+		return Process{NoSpawner: "a custom seccomp profile might deny the spawner's own calls"}
+	case h.LandlockABI < 6 || !sb.Landlock.Rules.ScopeSignal:
+		return Process{NoSpawner: "Landlock does not scope signals here (ABI 6 needed), so commands could signal the spawner"}
+	}
+	return Process{Spawner: true}
+}
+
+// NewCommand is argv as it would start in this sandbox: its working
+// directory (relative to the workspace, which it may not leave) and its
+// environment made from the caller's env and extra.
+func (sb *Sandbox) NewCommand(argv []string, cwd string, env, extra []string) (*Command, error) {
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("no command given")
+	}
+	dir, err := sb.Cwd(cwd)
+	if err != nil {
+		return nil, err
+	}
+	e, err := sb.CommandEnv(env, extra)
+	if err != nil {
+		return nil, err
+	}
+	return &Command{Argv: slices.Clone(argv), Cwd: dir, Env: e}, nil
+}
+
+// Cwd is the working directory inside for c: absolute, or relative to the
+// workspace; "" is the workspace.
+func (sb *Sandbox) Cwd(c string) (string, error) {
+	if c == "" {
+		return sb.Workspace.Mount, nil
+	}
+	if !filepath.IsAbs(c) {
+		c = filepath.Join(sb.Workspace.Mount, c)
+	}
+	return filepath.Clean(c), nil
+}
+
+// CommandEnv is a command's environment: the policy's filter of the
+// caller's environment host and extra (--env entries), pointed at the
+// egress proxy when there is one. See policy.Environment.CommandEnv.
+func (sb *Sandbox) CommandEnv(host, extra []string) ([]string, error) {
+	env, err := policy.Environment{Pass: sb.Environment.Pass, Set: sb.Environment.Set}.CommandEnv(host, extra)
+	if err != nil {
+		return nil, err
+	}
+	if len(sb.Environment.Proxy) == 0 {
+		return env, nil
+	}
+	out := slices.Clone(env)
+	seen := map[string]int{}
+	for i, kv := range out {
+		k, _, _ := strings.Cut(kv, "=")
+		seen[k] = i
+	}
+	for _, kv := range sb.Environment.Proxy {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := seen[k]; ok {
+			out[i] = kv
+		} else {
+			out = append(out, kv)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}

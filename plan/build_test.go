@@ -1,0 +1,323 @@
+package plan
+
+import (
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutchsandbox/hutch/cgroup"
+	"github.com/hutchsandbox/hutch/mounts"
+	"github.com/hutchsandbox/hutch/policy"
+)
+
+// debianFS is a merged-/usr host's tree as the planner reads it.
+var debianFS = mounts.MemFS{
+	"/usr/bin/sh":                {File: true},
+	"/bin":                       {Link: "usr/bin"},
+	"/lib":                       {Link: "usr/lib"},
+	"/lib64":                     {Link: "usr/lib64"},
+	"/sbin":                      {Link: "usr/sbin"},
+	"/opt":                       {},
+	"/etc/ld.so.cache":           {File: true},
+	"/etc/ssl/certs/ca.pem":      {File: true},
+	"/etc/passwd":                {File: true},
+	"/etc/shadow":                {File: true},
+	"/etc/python3.11/site.py":    {File: true},
+	"/etc/ssh/sshd_config":       {File: true},
+	"/tmp":                       {},
+	"/dev/null":                  {File: true},
+	"/home/u/proj/main.go":       {File: true},
+	"/srv/rootfs/usr/bin/sh":     {File: true},
+	"/srv/rootfs/etc/os-release": {File: true},
+	"/srv/rootfs/proc":           {},
+}
+
+func host() *Host {
+	return &Host{
+		Workspace:   "/home/u/proj",
+		FS:          debianFS,
+		Protected:   []string{".git/hooks", ".git/config"},
+		Protection:  &mounts.Protection{Steps: []mounts.Step{{Kind: mounts.Protect, Target: "/workspace/.git", NoSymlinks: true}}, Placeholders: []string{".git"}},
+		LandlockABI: 7,
+		Notify:      true,
+		Cgroup:      CgroupFacts{Backend: cgroup.BackendRlimit, Reason: "no delegated cgroup v2 subtree"},
+		Env:         []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "AWS_SECRET_ACCESS_KEY=x", "HOME=/home/u"},
+	}
+}
+
+func step(sb *Sandbox, kind mounts.Kind, target string) *mounts.Step {
+	for i := range sb.Mounts.Steps {
+		if s := &sb.Mounts.Steps[i]; s.Kind == kind && s.Target == target {
+			return s
+		}
+	}
+	return nil
+}
+
+func envOf(env []string, k string) (string, bool) {
+	for _, kv := range env {
+		if n, v, _ := strings.Cut(kv, "="); n == k {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func TestBuild(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		policy func(*policy.Policy)
+		host   func(*Host)
+		req    *Request
+		check  func(t *testing.T, sb *Sandbox)
+		err    string
+	}{
+		{
+			name: "default policy, rlimit host",
+			req:  &Request{Argv: []string{"go", "test"}, Cwd: "sub"},
+			check: func(t *testing.T, sb *Sandbox) {
+				if s := step(sb, mounts.Bind, "/usr"); s == nil || !s.ReadOnly {
+					t.Errorf("/usr is not a read-only bind: %+v", s)
+				}
+				if s := step(sb, mounts.Symlink, "/bin"); s == nil || s.Data != "usr/bin" {
+					t.Errorf("/bin is not the host's symlink: %+v", s)
+				}
+				if s := step(sb, mounts.Bind, "/workspace"); s == nil || s.ReadOnly || s.Source != "/home/u/proj" {
+					t.Errorf("workspace: %+v", s)
+				}
+				for _, secret := range []string{"/etc/shadow", "/etc/ssh", "/etc/passwd"} {
+					if step(sb, mounts.Bind, secret) != nil {
+						t.Errorf("%s is bound from the host", secret)
+					}
+				}
+				if step(sb, mounts.Bind, "/etc/python3.11") == nil || step(sb, mounts.File, "/etc/passwd") == nil {
+					t.Error("curated /etc: python3* bound, passwd synthesized")
+				}
+				if step(sb, mounts.Protect, "/workspace/.git") == nil || !slices.Equal(sb.Workspace.Placeholders, []string{".git"}) {
+					t.Errorf("protection not in the plan: %v", sb.Workspace.Placeholders)
+				}
+				if sb.Mounts.Stage != "/tmp" {
+					t.Errorf("stage %q", sb.Mounts.Stage)
+				}
+				r := sb.Landlock.Rules
+				if !slices.Contains(r.ReadExec, "/usr") || slices.Contains(r.ReadExec, "/etc/python3.11") {
+					t.Errorf("ReadExec %v: the tooling, not /etc", r.ReadExec)
+				}
+				if !slices.Equal(r.ReadWrite, []string{"/workspace", "/tmp", "/home/sandbox", "/dev/shm"}) {
+					t.Errorf("ReadWrite %v", r.ReadWrite)
+				}
+				if !slices.Equal(r.ConnectTCP, []uint16{ProxyHTTPPort, ProxySOCKSPort}) || len(r.BindTCP) != 0 {
+					t.Errorf("TCP: connect %v bind %v", r.ConnectTCP, r.BindTCP)
+				}
+				for _, d := range mounts.Devices {
+					if !slices.Contains(r.ReadWriteFiles, d) || step(sb, mounts.Bind, d) == nil {
+						t.Errorf("device %s is not both bound and granted", d)
+					}
+				}
+				if sb.Resources.Cgroup != nil || sb.Resources.Backend != cgroup.BackendRlimit {
+					t.Errorf("resources on an rlimit host: %+v", sb.Resources)
+				}
+				var res []int
+				for _, rl := range sb.Resources.Fallback {
+					res = append(res, rl.Resource)
+				}
+				if !slices.Equal(res, []int{unix.RLIMIT_NPROC, unix.RLIMIT_AS}) {
+					t.Errorf("fallback rlimits %v", sb.Resources.Fallback)
+				}
+				if len(sb.Warnings) != 1 || sb.Warnings[0].Subject != "rlimit-fallback" || !strings.Contains(sb.Warnings[0].Message, "no delegated") {
+					t.Errorf("warnings %+v", sb.Warnings)
+				}
+				if !sb.Process.Spawner || !sb.Seccomp.WatchNetwork || sb.Seccomp.Profile != "default" {
+					t.Errorf("process %+v seccomp %+v", sb.Process, sb.Seccomp)
+				}
+				cmd := sb.Command
+				if cmd == nil || cmd.Cwd != "/workspace/sub" || !slices.Equal(cmd.Argv, []string{"go", "test"}) {
+					t.Fatalf("command %+v", cmd)
+				}
+				if _, ok := envOf(cmd.Env, "AWS_SECRET_ACCESS_KEY"); ok {
+					t.Error("a secret passed into the environment")
+				}
+				if v, _ := envOf(cmd.Env, "HOME"); v != "/home/sandbox" {
+					t.Errorf("HOME=%q", v)
+				}
+				if v, _ := envOf(cmd.Env, "https_proxy"); v != "http://127.0.0.1:3128" {
+					t.Errorf("https_proxy=%q", v)
+				}
+				if !slices.IsSorted(cmd.Env) {
+					t.Error("environment not sorted")
+				}
+			},
+		},
+		{
+			name:   "no network",
+			policy: func(p *policy.Policy) { p.Network.Mode = policy.NetNone },
+			req:    &Request{Argv: []string{"true"}},
+			check: func(t *testing.T, sb *Sandbox) {
+				if sb.Network.Proxy != nil || len(sb.Landlock.Rules.ConnectTCP) != 0 || sb.Network.DiscoverRegistries {
+					t.Errorf("network none: %+v, connect %v", sb.Network, sb.Landlock.Rules.ConnectTCP)
+				}
+				if _, ok := envOf(sb.Command.Env, "HTTPS_PROXY"); ok {
+					t.Error("proxy variables without a proxy")
+				}
+			},
+		},
+		{
+			name:   "local ports",
+			policy: func(p *policy.Policy) { p.Network.LocalPorts = []int{8080} },
+			check: func(t *testing.T, sb *Sandbox) {
+				r := sb.Landlock.Rules
+				if !slices.Contains(r.ConnectTCP, 8080) || !slices.Equal(r.BindTCP, []uint16{8080}) {
+					t.Errorf("connect %v bind %v", r.ConnectTCP, r.BindTCP)
+				}
+			},
+		},
+		{
+			name: "delegated cgroup",
+			host: func(h *Host) { h.Cgroup = CgroupFacts{Backend: cgroup.BackendV2Delegated, Reason: "delegated"} },
+			check: func(t *testing.T, sb *Sandbox) {
+				cg := sb.Resources.Cgroup
+				if cg == nil || cg.Pids != 512+PidsMargin || cg.MemoryBytes != 2<<30 || cg.CPUs != 2 {
+					t.Errorf("cgroup limits %+v", cg)
+				}
+				if len(sb.Warnings) != 0 {
+					t.Errorf("warnings with a cgroup: %+v", sb.Warnings)
+				}
+			},
+		},
+		{
+			name:   "strict without a cgroup",
+			policy: func(p *policy.Policy) { p.Enforcement = policy.EnforceStrict },
+			err:    `enforcement = "strict": resources.memory, resources.pids and resources.cpus cannot be enforced here`,
+		},
+		{
+			name:   "custom seccomp profile",
+			policy: func(p *policy.Policy) { p.Seccomp.Profile = "/etc/hutch/profile.json" },
+			check: func(t *testing.T, sb *Sandbox) {
+				if sb.Process.Spawner || !strings.Contains(sb.Process.NoSpawner, "custom seccomp profile") || sb.Seccomp.Profile != "/etc/hutch/profile.json" {
+					t.Errorf("process %+v seccomp %+v", sb.Process, sb.Seccomp)
+				}
+			},
+		},
+		{
+			name: "old Landlock",
+			host: func(h *Host) { h.LandlockABI = 2 },
+			check: func(t *testing.T, sb *Sandbox) {
+				if sb.Process.Spawner || !strings.Contains(sb.Process.NoSpawner, "ABI 6") {
+					t.Errorf("spawner on ABI 2: %+v", sb.Process)
+				}
+				var w *Warning
+				for i := range sb.Warnings {
+					if sb.Warnings[i].Subject == "landlock-abi-2" {
+						w = &sb.Warnings[i]
+					}
+				}
+				if w == nil || !strings.Contains(w.Message, "truncation") || !strings.Contains(w.Message, "TCP") {
+					t.Errorf("landlock warning %+v", sb.Warnings)
+				}
+			},
+		},
+		{
+			name: "no notification",
+			host: func(h *Host) { h.Notify, h.NotifyUnavailable = false, "libseccomp API level 3" },
+			check: func(t *testing.T, sb *Sandbox) {
+				if sb.Seccomp.Notify || sb.Seccomp.WatchNetwork || sb.Seccomp.NotifyUnavailable == "" {
+					t.Errorf("seccomp %+v", sb.Seccomp)
+				}
+			},
+		},
+		{
+			name: "spawner turned off",
+			host: func(h *Host) { h.NoSpawner = "HUTCH_NO_SPAWNER is set" },
+			check: func(t *testing.T, sb *Sandbox) {
+				if sb.Process.Spawner || sb.Process.NoSpawner != "HUTCH_NO_SPAWNER is set" {
+					t.Errorf("process %+v", sb.Process)
+				}
+			},
+		},
+		{
+			name:   "rootfs tooling",
+			policy: func(p *policy.Policy) { p.Filesystem.Tooling = "rootfs:/srv/rootfs" },
+			check: func(t *testing.T, sb *Sandbox) {
+				if s := step(sb, mounts.Bind, "/usr"); s == nil || s.Source != "/srv/rootfs/usr" {
+					t.Errorf("/usr from the rootfs: %+v", s)
+				}
+				if step(sb, mounts.Bind, "/proc") != nil || step(sb, mounts.Bind, "/etc/os-release") == nil {
+					t.Error("rootfs: /proc provided by hutch, /etc from the rootfs")
+				}
+			},
+		},
+		{
+			name:   "missing rootfs",
+			policy: func(p *policy.Policy) { p.Filesystem.Tooling = "rootfs:/srv/none" },
+			err:    "tooling rootfs /srv/none",
+		},
+		{
+			name: "extra read-only bind",
+			policy: func(p *policy.Policy) {
+				p.Filesystem.ReadOnly = []policy.Bind{{Source: "/opt", Target: "/mnt/opt"}}
+			},
+			check: func(t *testing.T, sb *Sandbox) {
+				if s := step(sb, mounts.Bind, "/mnt/opt"); s == nil || !s.ReadOnly || !slices.Contains(sb.Landlock.Rules.ReadExec, "/mnt/opt") {
+					t.Errorf("extra bind %+v, ReadExec %v", s, sb.Landlock.Rules.ReadExec)
+				}
+			},
+		},
+		{
+			name: "bad --env",
+			req:  &Request{Argv: []string{"true"}, ExtraEnv: []string{"1X=2"}},
+			err:  "--env",
+		},
+		{
+			name: "timeouts and lifecycle",
+			policy: func(p *policy.Policy) {
+				p.Resources.Timeout = policy.Duration(time.Minute)
+			},
+			check: func(t *testing.T, sb *Sandbox) {
+				if sb.Lifecycle.Timeout.D() != time.Minute || sb.Lifecycle.SessionIdle.D() != 30*time.Minute {
+					t.Errorf("lifecycle %+v", sb.Lifecycle)
+				}
+			},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := policy.Default()
+			if c.policy != nil {
+				c.policy(p)
+			}
+			h := host()
+			if c.host != nil {
+				c.host(h)
+			}
+			sb, err := Build(p, h, c.req)
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("err = %v, want one containing %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.check(t, sb)
+			// Pure: the same inputs give the same sandbox.
+			again, err := Build(p, h, c.req)
+			if err != nil || !reflect.DeepEqual(sb, again) {
+				t.Error("a second Build of the same inputs differs")
+			}
+		})
+	}
+}
+
+func TestStrictErrorWrapsUnavailable(t *testing.T) {
+	p := policy.Default()
+	p.Enforcement = policy.EnforceStrict
+	_, err := Build(p, host(), nil)
+	if !errors.Is(err, cgroup.ErrUnavailable) {
+		t.Fatalf("err = %v, want one wrapping cgroup.ErrUnavailable", err)
+	}
+}

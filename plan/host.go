@@ -1,0 +1,135 @@
+package plan
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/hutchsandbox/hutch/cgroup"
+	"github.com/hutchsandbox/hutch/hostdirs"
+	"github.com/hutchsandbox/hutch/landlock"
+	"github.com/hutchsandbox/hutch/mounts"
+	"github.com/hutchsandbox/hutch/policy"
+	"github.com/hutchsandbox/hutch/seccompprofiles"
+)
+
+// Host is what Build needs to know of the host, as data. Gather collects it;
+// tests write it.
+type Host struct {
+	// Workspace is the workspace's absolute, symlink-free path
+	// (ResolveWorkspace).
+	Workspace string
+	// FS is the host's file tree as the mount plan reads it; nil means the
+	// real one (mounts.OS).
+	FS mounts.HostFS
+	// Protected are the paths, relative to Workspace, that stay read-only:
+	// the policy's and hutch's configuration files found in the workspace.
+	Protected []string
+	// Hidden are hutch's own directories inside the workspace, relative.
+	Hidden []string
+	// Protection is what the workspace holds along Protected and Hidden
+	// (mounts.InspectProtected).
+	Protection *mounts.Protection
+	// LandlockABI is the kernel's Landlock ABI, 0 when there is none.
+	LandlockABI int
+	// Notify: seccomp user notification works here; NotifyUnavailable says
+	// why not.
+	Notify            bool
+	NotifyUnavailable string
+	// Cgroup is the cgroup backend this host gives hutch and why.
+	Cgroup CgroupFacts
+	// Env is the caller's environment, which the policy filters for commands.
+	Env []string
+	// NoSpawner, when set, says why the spawner is turned off (HUTCH_NO_SPAWNER).
+	NoSpawner string
+}
+
+// CgroupFacts is what cgroup.Probe found that planning needs.
+type CgroupFacts struct {
+	// Backend is one of cgroup.Backend*.
+	Backend string
+	// Reason says why that backend.
+	Reason string
+}
+
+// GatherOptions are what Gather needs besides the policy.
+type GatherOptions struct {
+	// Env is the caller's environment (os.Environ() for the CLI).
+	Env []string
+	// SecurityLog is the security log's path; kept read-only when it lies
+	// in the workspace (hutch appends to it during the run).
+	SecurityLog string
+}
+
+// Gather reads the host facts Build needs for p. It changes nothing in the
+// workspace (placeholders for missing protected paths are made when the
+// sandbox is set up); it creates hutch's own directories that lie inside
+// the workspace, so that hutch, not the sandbox, owns them.
+func Gather(p *policy.Policy, o GatherOptions) (*Host, error) {
+	h := &Host{Env: o.Env}
+	var err error
+	if h.Workspace, err = ResolveWorkspace(p.Filesystem.Workspace); err != nil {
+		return nil, err
+	}
+	if h.Hidden, err = hostdirs.InWorkspace(h.Workspace, hostdirs.Own()); err != nil {
+		return nil, err
+	}
+	// Files hutch reads or appends to again, when they lie in the
+	// workspace: read-only inside.
+	files := []string{p.File}
+	if prof := p.Seccomp.Profile; prof != "" && prof != policy.SeccompDefault {
+		files = append(files, prof)
+	}
+	if o.SecurityLog != "" {
+		files = append(files, o.SecurityLog)
+	}
+	h.Protected = slices.Clone(p.Filesystem.Protected)
+	rels, err := hostdirs.ConfigInWorkspace(h.Workspace, files)
+	if err != nil {
+		return nil, err
+	}
+	h.Protected = append(h.Protected, rels...)
+	if h.Protection, err = mounts.InspectProtected(h.Workspace, policy.WorkspaceMount, h.Protected, h.Hidden); err != nil {
+		return nil, err
+	}
+	h.LandlockABI = landlock.ABI()
+	h.Notify, h.NotifyUnavailable = seccompprofiles.NotifyAvailable()
+	cg := cgroup.Probe()
+	h.Cgroup = CgroupFacts{Backend: cg.Backend, Reason: cg.Reason}
+	if v := os.Getenv("HUTCH_NO_SPAWNER"); v != "" && v != "0" {
+		h.NoSpawner = "HUTCH_NO_SPAWNER is set"
+	}
+	return h, nil
+}
+
+// ResolveWorkspace returns the absolute, symlink-free path of the
+// workspace ("" = the current directory) and checks that it is a directory.
+func ResolveWorkspace(dir string) (string, error) {
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", fmt.Errorf("workspace: current directory: %w", err)
+		}
+		dir = wd
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("workspace %s: %w", dir, err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", fmt.Errorf("workspace %s: %w (pass an existing directory with --workspace)", dir, err)
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return "", fmt.Errorf("workspace %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("workspace %s: not a directory (pass a directory with --workspace)", dir)
+	}
+	if real == "/" {
+		return "", fmt.Errorf("workspace %s: refusing to expose the whole host root read-write; pass a project directory with --workspace", dir)
+	}
+	return real, nil
+}

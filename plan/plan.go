@@ -1,0 +1,217 @@
+// Package plan turns a policy and the facts of one host into a Sandbox:
+// everything one hutch sandbox gets, as data. Build is pure: it reads
+// nothing and changes nothing, so the same policy and host facts always give
+// the same sandbox, and `hutch plan` can show a jail without making it.
+// Gather collects the host facts (it reads the host and changes nothing in
+// the workspace); the root package hutch executes a Sandbox (nsjail builds
+// it, seccompprofiles compiles its filter, limits applies its resources,
+// egress serves its network).
+//
+// Data flows one way: policy -> plan -> execution. Nothing downstream reads
+// the policy again.
+package plan
+
+import (
+	"github.com/hutchsandbox/hutch/cgroup"
+	"github.com/hutchsandbox/hutch/landlock"
+	"github.com/hutchsandbox/hutch/mounts"
+	"github.com/hutchsandbox/hutch/policy"
+)
+
+// Loopback ports, inside the sandbox's own network namespace, where the
+// supervisor serves the egress proxy and the DNS refuser. The namespace is
+// private to one sandbox, so fixed ports are safe and easy to document; the
+// init binds them before any command runs, so nothing can squat them.
+const (
+	ProxyHTTPPort  = 3128
+	ProxySOCKSPort = 1080
+	DNSPort        = 53
+)
+
+// PidsMargin is added to the policy's pids limit for hutch's own processes
+// inside the sandbox's cgroup: the init (one single-threaded C task), one
+// reaper per running command and, once per session, a short-lived helper
+// that makes the commands' user namespace and the spawner. 16 leaves room
+// for a dozen concurrent session commands; see docs/RESOURCES.md.
+const PidsMargin = 16
+
+// Sandbox is everything one sandbox gets. Its zero value is not useful; Build
+// makes one. It is read-only once built: sessions share it between commands.
+type Sandbox struct {
+	// Enforcement is policy.EnforceBestEffort or policy.EnforceStrict.
+	Enforcement string `json:"enforcement"`
+	// Workspace is the host directory mounted read-write, and what of it
+	// stays read-only inside.
+	Workspace Workspace `json:"workspace"`
+	// Identity is who the command is inside.
+	Identity Identity `json:"identity"`
+	// Mounts builds the root filesystem (nsjail's init executes it).
+	Mounts *mounts.Plan `json:"mounts"`
+	// Landlock is the ruleset every command runs under.
+	Landlock Landlock `json:"landlock"`
+	// Seccomp is the syscall filter every command runs under.
+	Seccomp Seccomp `json:"seccomp"`
+	// Resources are the limits and how this host enforces them.
+	Resources Resources `json:"resources"`
+	// Network is the network mode, the egress proxy and its allowlist.
+	Network Network `json:"network"`
+	// Environment decides each command's environment (CommandEnv).
+	Environment Environment `json:"environment"`
+	// Process is the process model's choices for this host.
+	Process Process `json:"process"`
+	// Lifecycle is how long a command and a session may live.
+	Lifecycle Lifecycle `json:"lifecycle"`
+	// Command is the command the plan was made for, when one was given.
+	Command *Command `json:"command,omitempty"`
+	// Warnings say what this host cannot enforce of the policy, in best
+	// effort (strict enforcement refuses to build instead).
+	Warnings []Warning `json:"warnings,omitempty"`
+}
+
+// Workspace is the workspace and its protection.
+type Workspace struct {
+	// Host is the workspace's absolute, symlink-free host path.
+	Host string `json:"host"`
+	// Mount is where it appears inside.
+	Mount string `json:"mount"`
+	// Protected are the paths, relative to the workspace, that stay
+	// read-only inside: the policy's, and hutch's own configuration files
+	// that lie in the workspace.
+	Protected []string `json:"protected"`
+	// Hidden are hutch's own directories that lie in the workspace,
+	// relative to it, covered inside by an empty read-only directory.
+	Hidden []string `json:"hidden,omitempty"`
+	// Placeholders are the directories, relative to the workspace, to make
+	// on the host as mount points for protected paths that do not exist;
+	// they are removed when the sandbox ends.
+	Placeholders []string `json:"placeholders,omitempty"`
+}
+
+// Identity is the command's identity inside the sandbox.
+type Identity struct {
+	UID      int    `json:"uid"`
+	GID      int    `json:"gid"`
+	User     string `json:"user"`
+	Home     string `json:"home"`
+	Hostname string `json:"hostname"`
+}
+
+// Landlock is the Landlock ruleset, as the sandbox sees its paths.
+type Landlock struct {
+	// Rules are the paths and ports commands may reach.
+	Rules landlock.Rules `json:"rules"`
+	// ABI is the kernel's Landlock ABI (0: none).
+	ABI int `json:"abi"`
+	// Strict refuses a sandbox whose kernel cannot enforce every rule.
+	Strict bool `json:"strict,omitempty"`
+	// NotEnforced lists what this kernel's ABI cannot enforce of Rules.
+	NotEnforced []string `json:"not_enforced,omitempty"`
+}
+
+// Seccomp is the syscall filter.
+type Seccomp struct {
+	// Profile is "default" (hutch's built-in allowlist) or the absolute
+	// path of a Docker/OCI-format profile.
+	Profile string `json:"profile"`
+	// Notify: denials reach the supervisor through user notification, so
+	// they can be reported; false where the kernel or libseccomp cannot.
+	Notify bool `json:"notify"`
+	// NotifyUnavailable says why Notify is false.
+	NotifyUnavailable string `json:"notify_unavailable,omitempty"`
+	// WatchNetwork: connect and sendto notify too, so that a direct
+	// connection around the proxy is seen and reported.
+	WatchNetwork bool `json:"watch_network"`
+	// Strict refuses a profile with problems that best effort only warns
+	// about.
+	Strict bool `json:"strict,omitempty"`
+}
+
+// Resources are the sandbox's limits and how this host enforces them.
+type Resources struct {
+	// Backend is the cgroup backend the host gives (cgroup.Backend*), or
+	// cgroup.BackendRlimit when only per-process rlimits are available.
+	Backend string `json:"backend"`
+	// BackendReason says why that backend.
+	BackendReason string `json:"backend_reason,omitempty"`
+	// Limits are the policy's memory, pids and cpus.
+	Limits cgroup.Limits `json:"limits"`
+	// Cgroup are the limits the sandbox's cgroup gets (Limits with
+	// PidsMargin for hutch's own processes); nil on the rlimit backend.
+	Cgroup *cgroup.Limits `json:"cgroup,omitempty"`
+	// Rlimits are set on every command, on every backend: open files, file
+	// size, no core dumps.
+	Rlimits []cgroup.Rlimit `json:"rlimits"`
+	// Fallback are the rlimits that stand in for the cgroup when none can be
+	// made (the rlimit backend, or a cgroup that fails to come up).
+	Fallback []cgroup.Rlimit `json:"fallback,omitempty"`
+	// FileSize is the policy's file size limit (for messages).
+	FileSize policy.Size `json:"file_size"`
+}
+
+// Network is the network mode and the egress proxy.
+type Network struct {
+	// Mode is policy.NetProxy or policy.NetNone.
+	Mode string `json:"mode"`
+	// Proxy is set in proxy mode: the loopback ports the proxy listens on
+	// inside the sandbox.
+	Proxy *Proxy `json:"proxy,omitempty"`
+	// Allow is the policy's allowlist.
+	Allow []policy.AllowEntry `json:"allow,omitempty"`
+	// DiscoverRegistries adds the registries the host's tools use to Allow
+	// when the first connection reaches the proxy.
+	DiscoverRegistries bool `json:"discover_registries"`
+	// LocalPorts are loopback TCP ports commands may bind and connect to.
+	LocalPorts []int `json:"local_ports,omitempty"`
+}
+
+// Proxy are the egress proxy's loopback ports inside the sandbox.
+type Proxy struct {
+	HTTP  int `json:"http"`
+	SOCKS int `json:"socks"`
+	DNS   int `json:"dns"`
+}
+
+// Environment is how each command's environment is made from the caller's.
+type Environment struct {
+	// Pass and Set are the policy's environment section.
+	Pass []string          `json:"pass"`
+	Set  map[string]string `json:"set,omitempty"`
+	// Proxy are the variables that point tools at the egress proxy, set
+	// over whatever the caller's environment held.
+	Proxy []string `json:"proxy,omitempty"`
+}
+
+// Process is how the process model runs on this host.
+type Process struct {
+	// Spawner: a session's commands after its first start from a spawner
+	// that applies their shared restrictions once (see package nsjail).
+	Spawner bool `json:"spawner"`
+	// NoSpawner says why Spawner is false.
+	NoSpawner string `json:"no_spawner,omitempty"`
+}
+
+// Lifecycle bounds commands and sessions in time.
+type Lifecycle struct {
+	// Timeout is the wall-clock limit of one command.
+	Timeout policy.Duration `json:"timeout"`
+	// SessionIdle and SessionMax end a session.
+	SessionIdle policy.Duration `json:"session_idle"`
+	SessionMax  policy.Duration `json:"session_max"`
+}
+
+// Command is one command as it would start.
+type Command struct {
+	Argv []string `json:"argv"`
+	// Cwd is the working directory inside.
+	Cwd string `json:"cwd"`
+	// Env is the command's whole environment.
+	Env []string `json:"env"`
+}
+
+// Warning is something the policy asks that this host does not give, in
+// best-effort enforcement. Subject keys it (each is shown once per user and
+// host); Message says it in words.
+type Warning struct {
+	Subject string `json:"subject"`
+	Message string `json:"message"`
+}
