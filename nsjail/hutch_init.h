@@ -1,23 +1,38 @@
-// Shared declarations of hutch's C stages (see init.c, mounts.c,
-// execstage.c). These run in the re-executed hutch binary before the Go
-// runtime starts, so a sandbox costs one Go runtime (the supervisor's) and
-// a command costs a fork in C.
+// The wire schema between hutch's supervisor (Go) and its C stages (init.c,
+// mounts.c, execstage.c, prestart/prestart.c), and their shared
+// declarations. These stages run in the re-executed hutch binary before the
+// Go runtime starts, so a sandbox costs one Go runtime (the supervisor's)
+// and a command costs a fork in C.
+//
+// Every number both sides use is defined here once: the Go side reads them
+// through cgo (nsjail/proto.go), and nsjail/wire_test.go checks the Go
+// encoder against init.c's decoder and init.c's encoder against the Go
+// decoder, so that the two cannot drift apart.
 #ifndef HUTCH_INIT_H
 #define HUTCH_INIT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-// argv[0] of the init stage; must match initMagic in init.go.
+// argv[0] of the init stage (nsjail.Launch, prestart.c).
 #define HUTCH_INIT_MAGIC "hutch:init"
 
-// The init's end of the control socket (SOCK_SEQPACKET).
-#define HUTCH_FD_CONTROL 3
+// Role names (PR_SET_NAME, the comm that ps shows) of hutch's processes in
+// a sandbox. A command's own comm is its executable's, from execve.
+#define HUTCH_NAME_INIT "hutch:init"
+#define HUTCH_NAME_SPAWNER "hutch:spawner"
+#define HUTCH_NAME_REAPER "hutch:reaper"
+#define HUTCH_NAME_USERNS "hutch:userns"
 
-// Largest control message; must match maxMsg in proto.go.
+// Largest control message either way.
 #define HUTCH_MAX_MSG (1 << 20)
 
-// Message operations; must match proto.go.
+// Every message starts with a header: u32 op, u32 zero, u64 id (the
+// command's, for ops about one). Fields follow as native-endian u32 and
+// i64 values and strings (u32 length, the bytes, a NUL).
+#define HUTCH_HEADER_SIZE 16
+
+// Message operations.
 enum {
 	HUTCH_OP_SETUP = 1,    // supervisor -> init: build the sandbox (+ BPF memfd)
 	HUTCH_OP_READY = 2,    // init -> supervisor: built (+ root fd, proxy sockets)
@@ -31,16 +46,15 @@ enum {
 	HUTCH_OP_SPAWNER = 10, // supervisor -> init: start the session's spawner (+ scope ruleset[, notify])
 	HUTCH_OP_SPAWNER_REPLY = 11, // init -> supervisor: the spawner is ready, or why not
 	HUTCH_OP_PIDS = 12,          // supervisor -> init: send STARTED for the commands not announced
+	// Between the init and a session's spawner only (not on the
+	// supervisor's socket): make a reaper ahead (reply: its pid or -errno,
+	// + the socket on which it takes one spawn request).
+	HUTCH_OP_READY_REAPER = 100,
 };
 
-// Between the init and a session's spawner only (not on the supervisor's
-// socket): make a reaper ahead (reply: its pid or -errno, + the socket on
-// which it takes one spawn request).
-#define HUTCH_OP_READY_REAPER 100
-
-// The kind of step a FAIL message names; must match proto.go. Namespaces:
-// creating namespaces failed (its errno, e.g. ENOSPC from a zero
-// user.max_*_namespaces, gets advice).
+// The kind of step a FAIL message names. Namespaces: creating namespaces
+// failed (its errno, e.g. ENOSPC from a zero user.max_*_namespaces, gets
+// advice).
 enum {
 	HUTCH_FAIL_OTHER = 0,
 	HUTCH_FAIL_NAMESPACES = 1,
@@ -48,38 +62,53 @@ enum {
 
 // SPAWNERR code for a spawn through a spawner that is gone: the supervisor
 // starts the command the direct way instead (never shown to users).
-#define HUTCH_CODE_NO_SPAWNER 200
+enum { HUTCH_CODE_NO_SPAWNER = 200 };
 
-// Setup flags; must match proto.go.
+// Setup flags.
 enum {
-	HUTCH_SETUP_SECCOMP = 1,
-	HUTCH_SETUP_PROXY = 2,
-	HUTCH_SETUP_TIMING = 4,
+	HUTCH_SETUP_SECCOMP = 1, // a BPF memfd accompanies the setup
+	HUTCH_SETUP_PROXY = 2,   // make the egress proxy's sockets
+	HUTCH_SETUP_TIMING = 4,  // report per-stage timings with READY
 };
 
 // Spawn flags.
-enum { HUTCH_SPAWN_NOTIFY = 1, HUTCH_SPAWN_VIA_SPAWNER = 2 };
+enum {
+	HUTCH_SPAWN_NOTIFY = 1,      // a 4th fd: the socket for the seccomp listener
+	HUTCH_SPAWN_VIA_SPAWNER = 2, // the session's spawner starts it
+};
 
 // Spawner flags.
 enum { HUTCH_SPAWNER_NOTIFY = 1 };
 
-// Mount plan step kinds; must match stepKinds in proto.go.
+// What a READY message says of the plan hint (see "plan hint" in init.c).
+enum {
+	HUTCH_HINT_NONE = 0,   // the init had none
+	HUTCH_HINT_USED = 1,   // the setup's plan was the hint's: part of it was built ahead
+	HUTCH_HINT_UNUSED = 2, // a hint that could not be used (differs, malformed, failed)
+};
+
+// A command's reaper kills the command and everything it started on this
+// signal (the init sends it on a timeout or a session's kill request).
+enum { HUTCH_SIG_TERMINATE = 40 };
+
+// Mount plan step kinds (mounts/plan.go names each).
 enum {
 	HUTCH_STEP_BIND = 1,
-	HUTCH_STEP_TMPFS,
-	HUTCH_STEP_PROC,
-	HUTCH_STEP_DEVPTS,
-	HUTCH_STEP_SYSFS,
-	HUTCH_STEP_MKDIR,
-	HUTCH_STEP_FILE,
-	HUTCH_STEP_SYMLINK,
-	HUTCH_STEP_MASK_FILE,
-	HUTCH_STEP_MASK_DIR,
-	HUTCH_STEP_RO,
-	HUTCH_STEP_PIN,
-	HUTCH_STEP_SEAL,
-	HUTCH_STEP_PROTECT,
-	HUTCH_STEP_HIDE,
+	HUTCH_STEP_TMPFS = 2,
+	HUTCH_STEP_PROC = 3,
+	HUTCH_STEP_DEVPTS = 4,
+	HUTCH_STEP_SYSFS = 5,
+	HUTCH_STEP_MKDIR = 6,
+	HUTCH_STEP_FILE = 7,
+	HUTCH_STEP_SYMLINK = 8,
+	HUTCH_STEP_MASK_FILE = 9,
+	HUTCH_STEP_MASK_DIR = 10,
+	HUTCH_STEP_RO = 11,
+	HUTCH_STEP_PIN = 12,
+	HUTCH_STEP_SEAL = 13,
+	HUTCH_STEP_PROTECT = 14,
+	HUTCH_STEP_HIDE = 15,
+	HUTCH_STEP_KINDS = 15, // the highest kind
 };
 
 // Step flags.
@@ -89,16 +118,42 @@ enum {
 	HUTCH_STEPF_NOSYM = 4,
 };
 
-// rd reads the fields of one message: native-endian u32 and i64, strings as
-// a u32 length, the bytes and a NUL. Any short or malformed field sets bad.
-struct hutch_rd {
-	const unsigned char *p;
-	size_t n;
-	int bad;
+// The most resource limits a setup carries.
+enum { HUTCH_MAX_RLIMITS = 16 };
+
+// Descriptor slots. The init holds its control socket on CONTROL (and,
+// prestarted, its plan hint on PLAN_HINT until it read it). Every stage that
+// runs or passes on sandboxed code (a command's exec stage and reaper, the
+// session's spawner, a reaper made ahead) holds its descriptors in the same
+// slots: CHANNEL is its way back (a command's status pipe, close-on-exec,
+// with "CODE ERRNO what" on failure and the reaper's end record at the end;
+// the spawner's and a reaper-ahead's socket to the init), then the Landlock
+// ruleset, the seccomp program (a memfd of struct sock_filter[]), the socket
+// the seccomp listener is sent on, and the command's own Landlock scope
+// layer. A slot not in use is closed. Descriptors from SLOT_END on are not
+// kept across a stage.
+enum {
+	HUTCH_FD_CONTROL = 3,
+	HUTCH_FD_PLAN_HINT = 4,
+
+	HUTCH_SLOT_CHANNEL = 3,
+	HUTCH_SLOT_LANDLOCK = 4,
+	HUTCH_SLOT_SECCOMP = 5,
+	HUTCH_SLOT_NOTIFY = 6,
+	HUTCH_SLOT_SCOPE = 7,
+	HUTCH_SLOT_END = 8,
 };
-uint32_t hutch_rd_u32(struct hutch_rd *r);
-int64_t hutch_rd_i64(struct hutch_rd *r);
-const char *hutch_rd_str(struct hutch_rd *r);
+
+// One resource limit (cur, max: RLIM_INFINITY is ~0).
+struct hutch_rlimit {
+	int resource;
+	uint64_t cur, max;
+};
+
+struct hutch_rlimits {
+	uint32_t n;
+	struct hutch_rlimit r[HUTCH_MAX_RLIMITS];
+};
 
 // One step of the mount plan, as the supervisor computed it.
 struct hutch_step {
@@ -117,6 +172,17 @@ struct hutch_plan {
 	const char *stage;
 	uint32_t nsteps;
 	struct hutch_step *steps;
+};
+
+// The setup message's fields, in their order on the wire. The plan is last:
+// a prestarted init compares it with its plan hint byte for byte.
+struct hutch_setup {
+	uint32_t flags; // HUTCH_SETUP_*
+	const char *hostname;
+	int64_t uid, gid;                      // the commands' ids inside
+	uint32_t port_http, port_socks, port_dns; // the proxy's loopback ports (0 without)
+	struct hutch_rlimits rlimits;          // every command's
+	struct hutch_plan plan;
 };
 
 // Timing callback of the mount executor.
@@ -146,45 +212,56 @@ int hutch_mounts_steps(struct hutch_mounts *m, const struct hutch_plan *p, uint3
 int hutch_mounts_finish(struct hutch_mounts *m, const struct hutch_plan *p, hutch_mark_fn mark);
 void hutch_mounts_abandon(struct hutch_mounts *m, const struct hutch_plan *p);
 
-// hutch_strerror is strerror with a lower-case first letter, as Go spells
-// errno values, so messages read the same whichever side made them.
-const char *hutch_strerror(int e, char *buf, size_t len);
+// ---- the per-command hardening (execstage.c) -------------------------------
+//
+// One ordered list of steps that every command passes, wherever it starts:
+// the direct way (a fork of the init runs every step), or from a session's
+// spawner (the spawner runs the shared steps once, each command's reaper the
+// per-command ones; a reaper made ahead runs them before its command
+// arrives). So every command ends with the same restrictions, by
+// construction.
+enum hutch_harden_step {
+	HUTCH_HARDEN_SIGNALS,     // default dispositions, an empty mask
+	HUTCH_HARDEN_CAPS,        // empty bounding, ambient and every capability set
+	HUTCH_HARDEN_NO_NEW_PRIVS,
+	HUTCH_HARDEN_NOT_DUMPABLE, // after the credential changes, which may reset it
+	HUTCH_HARDEN_LANDLOCK,     // the sandbox's ruleset (SLOT_LANDLOCK)
+	HUTCH_HARDEN_SECCOMP,      // the filter (SLOT_SECCOMP; listener sent on SLOT_NOTIFY)
+	// Steps before SHARED are what a session's commands share: its spawner
+	// applies them once. The rest are each command's own.
+	HUTCH_HARDEN_SHARED,
+	HUTCH_HARDEN_SCOPE = HUTCH_HARDEN_SHARED, // the command's own scope layer (SLOT_SCOPE), when there is one
+	HUTCH_HARDEN_SUBREAPER,
+	HUTCH_HARDEN_CLOSE_FDS, // everything but 0-2 and the channel
+	HUTCH_HARDEN_RLIMITS,
+	HUTCH_HARDEN_STEPS,
+};
 
-// hutch_exec_command applies the per-command restrictions to the calling
-// process (a fresh child of the init in its own nested user namespace,
-// with the descriptors of execstage.c in place) and runs argv as the
-// command's reaper. It never returns.
-void hutch_exec_command(int notify, const char *rlimits, const char *cwd, char **argv) __attribute__((noreturn));
+// What the hardening steps need; err and what report a failed step.
+struct hutch_harden {
+	int notify; // send the seccomp listener on SLOT_NOTIFY
+	const struct hutch_rlimits *rlimits;
+	int err;          // errno of the failed step
+	const char *what; // the failed step, in words
+};
 
-// hutch_spawner_harden applies, once, what a session's spawner passes on to
-// every command it starts: default signals, no capabilities, no_new_privs,
-// not dumpable, the Landlock ruleset (fd 4) and the seccomp filter (BPF on
-// fd 5; with notify, the listener is sent over fd 6). Failures are written
-// to fd 3 ("CODE ERRNO what") and end the process.
-void hutch_spawner_harden(int notify);
+// hutch_harden applies steps [from, to) to the calling process, in order.
+// It returns 0, or -1 with h->err and h->what set by the first step that
+// failed (the rest are not applied).
+int hutch_harden(struct hutch_harden *h, int from, int to);
 
-// hutch_spawned_command runs in a child of the spawner with stdio on 0-2,
-// the status pipe on 3 and the command's Landlock scope ruleset on 4 (or
-// none): working directory, scope layer, subreaper, rlimits, then argv as
-// the command's reaper. It never returns.
-void hutch_spawned_command(const char *rlimits, const char *cwd, char **argv) __attribute__((noreturn));
+// hutch_fail reports a failure on the channel ("CODE ERRNO what") and exits
+// with code.
+void hutch_fail(int code, int err, const char *what) __attribute__((noreturn));
 
-// hutch_ready_prepare runs in a reaper the spawner forks ahead of the next
-// command (fd 3: the socket its request comes on; 7: the scope ruleset):
-// the command's Landlock scope layer, subreaper, rlimits, and every other
-// descriptor closed. It exits when any of it fails.
-void hutch_ready_prepare(const char *rlimits);
+// hutch_start_command runs argv as the command, in cwd, from a hardened
+// process whose channel is the command's status pipe, and stays as its
+// reaper. It never returns. yield: the reaper yields the CPU after its end
+// record (only under the built-in seccomp profile, which allows sched_yield).
+void hutch_start_command(const char *cwd, char **argv, int yield) __attribute__((noreturn));
 
 // hutch_reaper_pretouch touches ahead, in a reaper made ahead, what its
 // reaper code first touches once the command runs and once it ends.
 void hutch_reaper_pretouch(void);
-
-// hutch_ready_command runs a prepared reaper's command once its request
-// placed stdio on 0-2 and the status pipe on 3: working directory, then
-// argv as the command's reaper. It never returns.
-void hutch_ready_command(const char *cwd, char **argv) __attribute__((noreturn));
-
-// hutch_now_usec is CLOCK_MONOTONIC in microseconds.
-long hutch_now_usec(void);
 
 #endif

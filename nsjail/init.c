@@ -43,77 +43,13 @@
 #include <unistd.h>
 
 #include "hutch_init.h"
+#include "wire.h"
 
 #ifndef SYS_close_range
 #define SYS_close_range 436
 #endif
 
-// ---- wire format ---------------------------------------------------------
-
-uint32_t hutch_rd_u32(struct hutch_rd *r) {
-	uint32_t v = 0;
-	if (r->bad || r->n < 4) {
-		r->bad = 1;
-		return 0;
-	}
-	memcpy(&v, r->p, 4);
-	r->p += 4;
-	r->n -= 4;
-	return v;
-}
-
-int64_t hutch_rd_i64(struct hutch_rd *r) {
-	int64_t v = 0;
-	if (r->bad || r->n < 8) {
-		r->bad = 1;
-		return 0;
-	}
-	memcpy(&v, r->p, 8);
-	r->p += 8;
-	r->n -= 8;
-	return v;
-}
-
-const char *hutch_rd_str(struct hutch_rd *r) {
-	uint32_t len = hutch_rd_u32(r);
-	if (r->bad || r->n < (size_t)len + 1 || r->p[len] != 0 || memchr(r->p, 0, len) != NULL) {
-		r->bad = 1;
-		return "";
-	}
-	const char *s = (const char *)r->p;
-	r->p += (size_t)len + 1;
-	r->n -= (size_t)len + 1;
-	return s;
-}
-
-// wr builds one outgoing message.
-struct wr {
-	unsigned char b[65536];
-	size_t n;
-};
-
-static void wr_bytes(struct wr *w, const void *p, size_t n) {
-	if (w->n + n > sizeof w->b)
-		n = sizeof w->b - w->n; // truncated; messages out of the init are small
-	memcpy(w->b + w->n, p, n);
-	w->n += n;
-}
-static void wr_u32(struct wr *w, uint32_t v) { wr_bytes(w, &v, 4); }
-static void wr_i64(struct wr *w, int64_t v) { wr_bytes(w, &v, 8); }
-static void wr_str(struct wr *w, const char *s) {
-	size_t len = strlen(s);
-	if (len > 16384)
-		len = 16384;
-	wr_u32(w, (uint32_t)len);
-	wr_bytes(w, s, len);
-	wr_bytes(w, "", 1);
-}
-static void wr_head(struct wr *w, uint32_t op, uint64_t id) {
-	w->n = 0;
-	wr_u32(w, op);
-	wr_u32(w, 0);
-	wr_bytes(w, &id, 8);
-}
+// ---- messages ------------------------------------------------------------
 
 static int send_raw_on(int sock, const void *p, size_t len, const int *fds, int nfds) {
 	struct iovec iov = {(void *)p, len};
@@ -142,8 +78,8 @@ static int send_raw_on(int sock, const void *p, size_t len, const int *fds, int 
 	}
 }
 
-static int send_msg_on(int sock, struct wr *w, const int *fds, int nfds) { return send_raw_on(sock, w->b, w->n, fds, nfds); }
-static int send_msg(struct wr *w, const int *fds, int nfds) { return send_msg_on(HUTCH_FD_CONTROL, w, fds, nfds); }
+static int send_msg_on(int sock, struct hutch_wr *w, const int *fds, int nfds) { return send_raw_on(sock, w->b, w->n, fds, nfds); }
+static int send_msg(struct hutch_wr *w, const int *fds, int nfds) { return send_msg_on(HUTCH_FD_CONTROL, w, fds, nfds); }
 
 // recv_msg_on reads one message and up to 8 descriptors from sock. Returns
 // the length, 0 when the peer closed the socket, -1 on error.
@@ -201,25 +137,12 @@ static void close_fds(const int *fds, int n) {
 
 // ---- helpers -------------------------------------------------------------
 
-const char *hutch_strerror(int e, char *buf, size_t len) {
-	snprintf(buf, len, "%s", strerror(e));
-	if (buf[0] >= 'A' && buf[0] <= 'Z' && !(buf[1] >= 'A' && buf[1] <= 'Z'))
-		buf[0] = (char)(buf[0] - 'A' + 'a');
-	return buf;
-}
-
-long hutch_now_usec(void) {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long)ts.tv_sec * 1000000L + ts.tv_nsec / 1000;
-}
-
 // The init's state. One sandbox, one init, one thread: plain statics.
 static struct {
 	int timing;
-	const char *rlimits;
+	struct hutch_setup setup; // as received (its strings point into it)
 	int bpf_fd, ll_fd;
-	struct wr out;
+	struct hutch_wr out;
 	// timings, reported with Ready
 	struct {
 		const char *name;
@@ -244,10 +167,7 @@ __attribute__((noreturn, format(printf, 1, 2))) static void setup_fail(const cha
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	wr_head(&in.out, HUTCH_OP_FAIL, 0);
-	wr_i64(&in.out, 0); // the message says why; no step here needs its errno
-	wr_u32(&in.out, HUTCH_FAIL_OTHER);
-	wr_str(&in.out, msg);
+	hutch_wr_fail(&in.out, 0, HUTCH_FAIL_OTHER, msg); // the message says why; no step here needs its errno
 	send_msg(&in.out, NULL, 0);
 	_exit(1);
 }
@@ -300,10 +220,6 @@ static int proxy_socket(int type, int port, const char *what) {
 	return fd;
 }
 
-// Loopback ports of the proxy; must match ProxyHTTPPort etc. in types.go.
-#define HUTCH_PORT_HTTP 3128
-#define HUTCH_PORT_SOCKS 1080
-#define HUTCH_PORT_DNS 53
 
 // ---- commands ------------------------------------------------------------
 
@@ -319,28 +235,41 @@ struct proc {
 static struct proc *procs;
 static size_t nprocs, capprocs;
 
+// hutch_wr_report writes the layout SPAWNERR, EXIT and SPAWNER_REPLY share:
+// the raw wait status, the exit code hutch reports, the errno of a failed
+// step, what failed, and (EXIT) whether no sandboxed process is left.
+void hutch_wr_report(struct hutch_wr *w, uint32_t op, uint64_t id, int64_t status, int64_t code, int64_t eno,
+                     const char *what, uint32_t alone) {
+	hutch_wr_head(w, op, id);
+	hutch_wr_i64(w, status);
+	hutch_wr_i64(w, code);
+	hutch_wr_i64(w, eno);
+	hutch_wr_str(w, what);
+	hutch_wr_u32(w, alone);
+}
+
+// hutch_wr_ready writes READY: the timings (names and microseconds) and
+// what became of the plan hint (HUTCH_HINT_*).
+void hutch_wr_ready(struct hutch_wr *w, int nmarks, const char *const *names, const long *usecs, uint32_t hint_state) {
+	hutch_wr_head(w, HUTCH_OP_READY, 0);
+	hutch_wr_u32(w, (uint32_t)nmarks);
+	for (int i = 0; i < nmarks; i++) {
+		hutch_wr_str(w, names[i]);
+		hutch_wr_i64(w, usecs[i]);
+	}
+	hutch_wr_u32(w, hint_state);
+}
+
+// hutch_wr_started writes STARTED: a command's reaper's pid.
+void hutch_wr_started(struct hutch_wr *w, uint64_t id, int64_t pid) {
+	hutch_wr_head(w, HUTCH_OP_STARTED, id);
+	hutch_wr_i64(w, pid);
+}
+
 static void spawn_error(uint64_t id, int code, const char *what) {
-	wr_head(&in.out, HUTCH_OP_SPAWNERR, id);
-	wr_i64(&in.out, 0);
-	wr_i64(&in.out, code);
-	wr_i64(&in.out, 0);
-	wr_str(&in.out, what);
-	wr_u32(&in.out, 0);
+	hutch_wr_report(&in.out, HUTCH_OP_SPAWNERR, id, 0, code, 0, what, 0);
 	send_msg(&in.out, NULL, 0);
 }
-
-// child_fail reports a failure of the child's own set-up on the status
-// pipe (now fd 3) and exits.
-__attribute__((noreturn)) static void child_fail(int err, const char *what) {
-	char buf[512];
-	int n = snprintf(buf, sizeof buf, "125 %d %s", err, what);
-	if (n > 0) {
-		ssize_t w = write(3, buf, (size_t)n);
-		(void)w;
-	}
-	_exit(125);
-}
-
 
 // userns_fd is the nested user namespace commands enter (uid and gid 1000
 // mapped to the init's 0), made once by make_userns at a sandbox's second
@@ -398,6 +327,7 @@ static int make_userns(int uid, int gid) {
 	if (pid == 0) {
 		const char *what;
 		close(p[0]);
+		prctl(PR_SET_NAME, HUTCH_NAME_USERNS, 0, 0, 0);
 		if (unshare(CLONE_NEWUSER) < 0 || write_maps(uid, gid, &what) < 0)
 			_exit(1);
 		if (write(p[1], "k", 1) != 1)
@@ -424,45 +354,64 @@ static int make_userns(int uid, int gid) {
 	return fd;
 }
 
-// child runs in the forked child: it places the descriptors of
-// execstage.c, enters the nested user namespace that maps uid and gid to
-// the init's 0 (the invoking host user) and hands over to the exec stage.
-__attribute__((noreturn)) static void child(int uid, int gid, const int src[7], int notify, const char *cwd,
-                                            char **argv, char **envp) {
-	int tmp[7];
-	for (int i = 0; i < 7; i++)
+// place puts src[i] into slot i (0-2 stdio, then the slots of
+// hutch_init.h; -1 leaves the slot closed), by way of high duplicates so
+// that no source is overwritten before it is moved.
+static void place(const int *src, int n) {
+	int tmp[HUTCH_SLOT_END];
+	for (int i = 0; i < n; i++)
 		tmp[i] = src[i] >= 0 ? fcntl(src[i], F_DUPFD_CLOEXEC, 16) : -1;
-	int ns = userns_fd >= 0 ? fcntl(userns_fd, F_DUPFD_CLOEXEC, 16) : -1;
-	for (int i = 0; i < 7; i++) {
+	for (int i = 0; i < n; i++) {
 		if (tmp[i] >= 0)
 			dup2(tmp[i], i);
 		else
 			close(i);
 	}
+}
+
+// close_from_fd closes every descriptor from fd up.
+static void close_from_fd(int fd) {
+	if (syscall(SYS_close_range, fd, ~0U, 0) < 0) {
+		for (int i = fd; i < 1024; i++)
+			close(i);
+	}
+}
+
+// child runs in the forked child of a command started the direct way: it
+// places its descriptors in their slots (src: stdio, the status pipe, the
+// Landlock ruleset, the seccomp program, the notification socket), enters
+// the nested user namespace that maps uid and gid to the init's 0 (the
+// invoking host user), runs every hardening step and starts the command as
+// its reaper.
+__attribute__((noreturn)) static void child(int uid, int gid, const int src[HUTCH_SLOT_SCOPE], int notify, const char *cwd,
+                                            char **argv, char **envp) {
+	prctl(PR_SET_NAME, HUTCH_NAME_REAPER, 0, 0, 0);
+	int ns = userns_fd >= 0 ? fcntl(userns_fd, F_DUPFD_CLOEXEC, 16) : -1;
+	place(src, HUTCH_SLOT_SCOPE);
+	close(HUTCH_SLOT_SCOPE); // the command's domain is its own
 	if (ns >= 0) {
 		// Every capability in the namespace, as after unshare.
 		if (setns(ns, CLONE_NEWUSER) < 0)
-			child_fail(errno, "enter the commands' user namespace");
+			hutch_fail(125, errno, "enter the commands' user namespace");
 	} else {
 		const char *what;
 		if (unshare(CLONE_NEWUSER) < 0)
-			child_fail(errno, "create the command's user namespace");
+			hutch_fail(125, errno, "create the command's user namespace");
 		if (write_maps(uid, gid, &what) < 0)
-			child_fail(errno, what);
+			hutch_fail(125, errno, what);
 	}
-	if (syscall(SYS_close_range, 7, ~0U, 0) < 0) {
-		for (int fd = 7; fd < 1024; fd++)
-			close(fd);
-	}
+	close_from_fd(HUTCH_SLOT_END);
 	environ = envp;
-	hutch_exec_command(notify, in.rlimits, cwd, argv);
+	struct hutch_harden h = {.notify = notify, .rlimits = &in.setup.rlimits};
+	if (hutch_harden(&h, 0, HUTCH_HARDEN_STEPS) < 0)
+		hutch_fail(125, h.err, h.what);
+	hutch_start_command(cwd, argv, 0);
 }
 
 // announce tells the supervisor a command's reaper pid (STARTED).
 static void announce(struct proc *p) {
 	p->announced = 1;
-	wr_head(&in.out, HUTCH_OP_STARTED, p->id);
-	wr_i64(&in.out, p->pid);
+	hutch_wr_started(&in.out, p->id, p->pid);
 	send_msg(&in.out, NULL, 0);
 }
 
@@ -515,12 +464,12 @@ static void drop_spawner(void) {
 // get_ready asks the spawner for a reaper made ahead of the next command,
 // so that starting it costs neither the spawner's fork nor the per-command
 // set-up that does not depend on the command (its Landlock scope layer,
-// subreaper, rlimits; hutch_ready_prepare). Without one, a command starts
+// subreaper, rlimits: the per-command hardening steps). Without one, a command starts
 // through the spawner as before.
 static void get_ready(void) {
 	if (spawner_pid <= 0 || ready_fd >= 0)
 		return;
-	unsigned char b[16] = {0}; // a message header (wr_head) with the op alone
+	unsigned char b[HUTCH_HEADER_SIZE] = {0}; // a message header with the op alone
 	uint32_t op = HUTCH_OP_READY_REAPER;
 	memcpy(b, &op, sizeof op);
 	if (send_raw_on(spawner_fd, b, sizeof b, NULL, 0) < 0) {
@@ -562,15 +511,6 @@ static pid_t spawn_via_ready(const unsigned char *raw, size_t rawlen, const int 
 	return pid;
 }
 
-static int valid_fd7(void) { return fcntl(7, F_GETFD) != -1; }
-
-// close_from_fd closes every descriptor from fd up.
-static void close_from_fd(int fd) {
-	if (syscall(SYS_close_range, fd, ~0U, 0) < 0) {
-		for (int i = fd; i < 1024; i++)
-			close(i);
-	}
-}
 
 // spawn_via_spawner hands the spawn request (the supervisor's message as it
 // came) and the command's descriptors to the spawner, which forks the
@@ -597,11 +537,11 @@ static pid_t spawn_via_spawner(const unsigned char *raw, size_t rawlen, const in
 	return (pid_t)v;
 }
 
-// read_spawn reads a spawn request's fields after the header: flags,
+// hutch_read_spawn reads a spawn request's fields after the header: flags,
 // working directory, argv and the environment (NULL-terminated arrays of
 // pointers into the message, to free). Returns -1, with nothing to free,
 // when the request is malformed.
-static int read_spawn(struct hutch_rd *r, uint32_t *flags, const char **cwd, char ***argv, char ***envp) {
+int hutch_read_spawn(struct hutch_rd *r, uint32_t *flags, const char **cwd, char ***argv, char ***envp) {
 	*flags = hutch_rd_u32(r);
 	*cwd = hutch_rd_str(r);
 	*argv = *envp = NULL;
@@ -625,38 +565,32 @@ static int read_spawn(struct hutch_rd *r, uint32_t *flags, const char **cwd, cha
 	return 0;
 }
 
-// place_request puts a spawn request's descriptors where the command's
-// reaper expects them: 0-2 stdio, 3 the status pipe, 4 the scope ruleset
-// (on 7 in the spawner; -1 for none).
-static void place_request(const int *fds, int scope) {
-	int tmp[5];
+// place_request puts a spawn request's descriptors (stdio, the status
+// pipe) where the command's reaper expects them: 0-2 and the channel. The
+// other slots are left as they are.
+static void place_request(const int *fds) {
+	int tmp[4];
 	for (int i = 0; i < 4; i++)
 		tmp[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 16);
-	tmp[4] = scope >= 0 ? fcntl(scope, F_DUPFD_CLOEXEC, 16) : -1;
-	for (int i = 0; i < 5; i++) {
+	for (int i = 0; i < 4; i++) {
 		if (tmp[i] >= 0)
-			dup2(tmp[i], i);
+			dup2(tmp[i], i == 3 ? HUTCH_SLOT_CHANNEL : i);
 		else
-			close(i);
+			close(i == 3 ? HUTCH_SLOT_CHANNEL : i);
 	}
 }
 
 // parse_request reads a spawn request (the supervisor's message as the init
 // passed it on) for a reaper; a malformed one is reported on the status
-// pipe (fd 3, placed) and ends the process.
+// pipe (placed) and ends the process.
 static void parse_request(unsigned char *buf, size_t n, const char **cwd, char ***argv) {
 	struct hutch_rd r = {buf, n, 0};
-	hutch_rd_u32(&r);
-	hutch_rd_u32(&r);
-	hutch_rd_i64(&r);
+	uint64_t id;
+	hutch_rd_header(&r, &id);
 	uint32_t flags;
 	char **envp;
-	if (read_spawn(&r, &flags, cwd, argv, &envp) < 0) {
-		static const char m[] = "125 22 malformed spawn request";
-		ssize_t k = write(3, m, sizeof m - 1);
-		(void)k;
-		_exit(125);
-	}
+	if (hutch_read_spawn(&r, &flags, cwd, argv, &envp) < 0)
+		hutch_fail(125, EINVAL, "malformed spawn request");
 	environ = envp;
 }
 
@@ -684,27 +618,32 @@ __attribute__((noinline)) static void pretouch(unsigned char *buf) {
 	hutch_reaper_pretouch();
 }
 
-// ready_main is a reaper forked ahead by the spawner: it applies what does
-// not depend on the command (hutch_ready_prepare), takes its first
-// copy-on-write faults, then waits on fd 3 for one spawn request from the
-// init and runs that command. The end of the socket (the init dropped it)
-// ends it.
+// ready_main is a reaper forked ahead by the spawner: it runs the
+// per-command hardening steps (which do not depend on the command), takes
+// its first copy-on-write faults, then waits on its channel for one spawn
+// request from the init and runs that command. A step that failed is
+// reported on the request's status pipe, so the command fails with the
+// reason. The end of the socket (the init dropped it) ends it.
 __attribute__((noreturn)) static void ready_main(unsigned char *buf) {
+	prctl(PR_SET_NAME, HUTCH_NAME_REAPER, 0, 0, 0);
 	pretouch(buf); // before the rlimits, which may be small
-	hutch_ready_prepare(in.rlimits);
+	struct hutch_harden h = {.rlimits = &in.setup.rlimits};
+	int failed = hutch_harden(&h, HUTCH_HARDEN_SHARED, HUTCH_HARDEN_STEPS) < 0;
 	int fds[8], nfds;
 	ssize_t n;
 	do {
-		n = recv_msg_on(3, buf, HUTCH_MAX_MSG, fds, &nfds);
+		n = recv_msg_on(HUTCH_SLOT_CHANNEL, buf, HUTCH_MAX_MSG, fds, &nfds);
 	} while (n < 0 && errno == EINTR);
-	if (n < 16 || nfds != 4)
+	if (n < HUTCH_HEADER_SIZE || nfds != 4)
 		_exit(0);
-	place_request(fds, -1); // replaces the socket on 3 with the status pipe
-	close_from_fd(4);
+	place_request(fds); // replaces the socket on the channel with the status pipe
+	close_from_fd(HUTCH_SLOT_CHANNEL + 1);
+	if (failed)
+		hutch_fail(125, h.err, h.what);
 	const char *cwd;
 	char **argv;
 	parse_request(buf, (size_t)n, &cwd, &argv);
-	hutch_ready_command(cwd, argv);
+	hutch_start_command(cwd, argv, 1);
 }
 
 // make_ready forks a reaper ahead (a child of the init, like the others) and
@@ -720,7 +659,7 @@ static void make_ready(unsigned char *buf) {
 	long pid = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, NULL, NULL, 0);
 	if (pid == 0) {
 		close(rs[0]);
-		dup2(rs[1], 3); // the init's socket goes: the request comes on this one
+		dup2(rs[1], HUTCH_SLOT_CHANNEL); // the init's socket goes: the request comes on this one
 		ready_main(buf);
 	}
 	close(rs[1]);
@@ -729,10 +668,9 @@ static void make_ready(unsigned char *buf) {
 	close(rs[0]);
 }
 
-// spawner_main is the spawner's loop (after hutch_spawner_harden): one
-// request per message on fd 3 — a spawn request, answered with the
-// reaper's pid or -errno, or HUTCH_OP_READY_REAPER (make_ready).
-static int sandbox_uid, sandbox_gid;
+// spawner_main is the spawner's loop (after the shared hardening steps):
+// one request per message on its channel — a spawn request, answered with
+// the reaper's pid or -errno, or HUTCH_OP_READY_REAPER (make_ready).
 
 __attribute__((noreturn)) static void spawner_main(unsigned char *buf) {
 	for (;;) {
@@ -740,7 +678,7 @@ __attribute__((noreturn)) static void spawner_main(unsigned char *buf) {
 		ssize_t n = recv_msg(buf, HUTCH_MAX_MSG, fds, &nfds);
 		if (n == 0 || (n < 0 && errno != EMSGSIZE && errno != EINTR))
 			_exit(0); // the init is gone
-		if (n >= 16 && nfds == 0) {
+		if (n >= HUTCH_HEADER_SIZE && nfds == 0) {
 			uint32_t op;
 			memcpy(&op, buf, sizeof op);
 			if (op == HUTCH_OP_READY_REAPER) {
@@ -748,7 +686,7 @@ __attribute__((noreturn)) static void spawner_main(unsigned char *buf) {
 				continue;
 			}
 		}
-		if (n < 16 || nfds != 4) {
+		if (n < HUTCH_HEADER_SIZE || nfds != 4) {
 			close_fds(fds, nfds);
 			int64_t v = -EINVAL;
 			send(HUTCH_FD_CONTROL, &v, sizeof v, MSG_NOSIGNAL);
@@ -758,11 +696,15 @@ __attribute__((noreturn)) static void spawner_main(unsigned char *buf) {
 		// reports its end as for any command.
 		long pid = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, NULL, NULL, 0);
 		if (pid == 0) {
-			place_request(fds, valid_fd7() ? 7 : -1);
+			prctl(PR_SET_NAME, HUTCH_NAME_REAPER, 0, 0, 0);
+			place_request(fds);
 			const char *cwd;
 			char **argv;
 			parse_request(buf, (size_t)n, &cwd, &argv);
-			hutch_spawned_command(in.rlimits, cwd, argv);
+			struct hutch_harden h = {.rlimits = &in.setup.rlimits};
+			if (hutch_harden(&h, HUTCH_HARDEN_SHARED, HUTCH_HARDEN_STEPS) < 0)
+				hutch_fail(125, h.err, h.what);
+			hutch_start_command(cwd, argv, 1);
 		}
 		close_fds(fds, nfds);
 		int64_t v = pid > 0 ? pid : -(int64_t)errno;
@@ -782,7 +724,7 @@ static int start_spawner(int notify, const int *fds, int nfds, char *err, size_t
 		return -1;
 	}
 	if (userns_fd < 0)
-		userns_fd = make_userns(sandbox_uid, sandbox_gid);
+		userns_fd = make_userns((int)in.setup.uid, (int)in.setup.gid);
 	if (userns_fd < 0) {
 		snprintf(err, errlen, "create the commands' user namespace: %s", hutch_strerror(errno, eb, sizeof eb));
 		return -1;
@@ -800,36 +742,26 @@ static int start_spawner(int notify, const int *fds, int nfds, char *err, size_t
 		return -1;
 	}
 	if (pid == 0) {
-		// 3 the init's socket, 4 the Landlock ruleset, 5 the BPF program,
-		// 6 the notification socket, 7 the scope ruleset.
-		int src[5] = {sp[1], in.ll_fd, in.bpf_fd, notify ? fds[1] : -1, fds[0]};
-		int tmp[5];
-		for (int i = 0; i < 5; i++)
-			tmp[i] = src[i] >= 0 ? fcntl(src[i], F_DUPFD_CLOEXEC, 16) : -1;
-		int ns = fcntl(userns_fd, F_DUPFD_CLOEXEC, 16);
+		// The channel is the init's socket; the scope ruleset stays in its
+		// slot for every command's reaper.
+		prctl(PR_SET_NAME, HUTCH_NAME_SPAWNER, 0, 0, 0);
 		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-		for (int i = 0; i < 3; i++)
-			dup2(null, i);
-		for (int i = 0; i < 5; i++) {
-			if (tmp[i] >= 0)
-				dup2(tmp[i], 3 + i);
-			else
-				close(3 + i);
+		int src[HUTCH_SLOT_END] = {null, null, null, sp[1], in.ll_fd, in.bpf_fd, notify ? fds[1] : -1, fds[0]};
+		int ns = fcntl(userns_fd, F_DUPFD_CLOEXEC, 16);
+		place(src, HUTCH_SLOT_END);
+		if (setns(ns, CLONE_NEWUSER) < 0)
+			hutch_fail(125, errno, "spawner: enter the commands' user namespace");
+		close_from_fd(HUTCH_SLOT_END);
+		// Not in a command's way: the spawner is no command's parent.
+		if (chdir("/") < 0)
+			hutch_fail(125, errno, "spawner: change to /");
+		struct hutch_harden h = {.notify = notify, .rlimits = &in.setup.rlimits};
+		if (hutch_harden(&h, 0, HUTCH_HARDEN_SHARED) < 0) {
+			char what[256];
+			snprintf(what, sizeof what, "spawner: %s", h.what);
+			hutch_fail(125, h.err, what);
 		}
-		fcntl(7, F_SETFD, FD_CLOEXEC);
-		if (setns(ns, CLONE_NEWUSER) < 0) {
-			char m[128];
-			int k = snprintf(m, sizeof m, "125 %d spawner: enter the commands' user namespace", errno);
-			ssize_t w = write(3, m, (size_t)k);
-			(void)w;
-			_exit(125);
-		}
-		if (syscall(SYS_close_range, 8, ~0U, 0) < 0) {
-			for (int fd = 8; fd < 1024; fd++)
-				close(fd);
-		}
-		hutch_spawner_harden(notify);
-		if (send(3, "k", 1, MSG_NOSIGNAL) != 1)
+		if (send(HUTCH_SLOT_CHANNEL, "k", 1, MSG_NOSIGNAL) != 1)
 			_exit(1);
 		unsigned char *buf = malloc(HUTCH_MAX_MSG);
 		if (!buf)
@@ -878,12 +810,7 @@ static void do_start_spawner(uint64_t id, struct hutch_rd *r, int *fds, int nfds
 	close_fds(fds, nfds);
 	if (rc == 0)
 		get_ready();
-	wr_head(&in.out, HUTCH_OP_SPAWNER_REPLY, id);
-	wr_i64(&in.out, 0);
-	wr_i64(&in.out, rc == 0 ? 0 : 125);
-	wr_i64(&in.out, 0);
-	wr_str(&in.out, rc == 0 ? "" : err);
-	wr_u32(&in.out, 0);
+	hutch_wr_report(&in.out, HUTCH_OP_SPAWNER_REPLY, id, 0, rc == 0 ? 0 : 125, 0, rc == 0 ? "" : err, 0);
 	send_msg(&in.out, NULL, 0);
 }
 
@@ -891,7 +818,7 @@ static void do_spawn(uint64_t id, struct hutch_rd *r, const unsigned char *raw, 
 	uint32_t flags;
 	const char *cwd;
 	char **argv = NULL, **envp = NULL;
-	int bad = read_spawn(r, &flags, &cwd, &argv, &envp) < 0;
+	int bad = hutch_read_spawn(r, &flags, &cwd, &argv, &envp) < 0;
 	int notify = (flags & HUTCH_SPAWN_NOTIFY) != 0 && !(flags & HUTCH_SPAWN_VIA_SPAWNER);
 	if (bad || nfds < 3 + notify) {
 		spawn_error(id, 125, "malformed spawn request");
@@ -935,13 +862,13 @@ static void do_spawn(uint64_t id, struct hutch_rd *r, const unsigned char *raw, 
 		goto out;
 	}
 	if (spawned++ == 1 && userns_fd < 0)
-		userns_fd = make_userns(sandbox_uid, sandbox_gid);
-	int src[7] = {fds[0], fds[1], fds[2], pr[1], in.ll_fd, in.bpf_fd, notify ? fds[3] : -1};
+		userns_fd = make_userns((int)in.setup.uid, (int)in.setup.gid);
+	int src[HUTCH_SLOT_SCOPE] = {fds[0], fds[1], fds[2], pr[1], in.ll_fd, in.bpf_fd, notify ? fds[3] : -1};
 	if (in.bpf_fd < 0)
 		notify = 0;
 	pid_t pid = fork();
 	if (pid == 0)
-		child(sandbox_uid, sandbox_gid, src, notify, cwd, argv, envp);
+		child((int)in.setup.uid, (int)in.setup.gid, src, notify, cwd, argv, envp);
 	close(pr[1]);
 	if (pid < 0) {
 		char eb[128], msg[256];
@@ -1030,12 +957,7 @@ static void report_exit(const struct proc *p, int status) {
 	// only defers the removal of its protected-path placeholders at close
 	// until the init is gone.
 	uint32_t alone = spawner_pid > 0 ? 0 : no_child_left();
-	wr_head(&in.out, HUTCH_OP_EXIT, p->id);
-	wr_i64(&in.out, status);
-	wr_i64(&in.out, code);
-	wr_i64(&in.out, eno);
-	wr_str(&in.out, what);
-	wr_u32(&in.out, alone);
+	hutch_wr_report(&in.out, HUTCH_OP_EXIT, p->id, status, code, eno, what, alone);
 	send_msg(&in.out, NULL, 0);
 }
 
@@ -1152,14 +1074,13 @@ __attribute__((noreturn)) static void serve(unsigned char *buf) {
 		ssize_t n = recv_msg(buf, HUTCH_MAX_MSG, fds, &nfds);
 		if (n == 0 || (n < 0 && errno != EMSGSIZE))
 			_exit(0); // supervisor gone: exiting kills the sandbox
-		if (n < 16) {
+		if (n < HUTCH_HEADER_SIZE) {
 			close_fds(fds, nfds);
 			continue;
 		}
 		struct hutch_rd r = {buf, (size_t)n, 0};
-		uint32_t op = hutch_rd_u32(&r);
-		hutch_rd_u32(&r);
-		uint64_t id = (uint64_t)hutch_rd_i64(&r);
+		uint64_t id;
+		uint32_t op = hutch_rd_header(&r, &id);
 		switch (op) {
 		case HUTCH_OP_SPAWN:
 			do_spawn(id, &r, buf, (size_t)n, fds, nfds);
@@ -1221,9 +1142,37 @@ static int parse_plan(struct hutch_rd *r, struct hutch_plan *p) {
 	return r->bad ? -1 : 0;
 }
 
-static void read_plan(struct hutch_rd *r, struct hutch_plan *p) {
-	if (parse_plan(r, p) < 0)
-		setup_fail("receive setup: malformed mount plan");
+// hutch_parse_setup reads a setup message's fields after its header, in
+// the order of struct hutch_setup; *plan_at is where the plan starts (a
+// prestarted init compares the rest with its plan hint). It returns 0, or
+// -1 with what was malformed in *what.
+int hutch_parse_setup(struct hutch_rd *r, struct hutch_setup *s, const unsigned char **plan_at, const char **what) {
+	memset(s, 0, sizeof *s);
+	*what = "malformed message";
+	s->flags = hutch_rd_u32(r);
+	s->hostname = hutch_rd_str(r);
+	s->uid = hutch_rd_i64(r);
+	s->gid = hutch_rd_i64(r);
+	s->port_http = hutch_rd_u32(r);
+	s->port_socks = hutch_rd_u32(r);
+	s->port_dns = hutch_rd_u32(r);
+	s->rlimits.n = hutch_rd_u32(r);
+	if (r->bad)
+		return -1;
+	if (s->rlimits.n > HUTCH_MAX_RLIMITS) {
+		*what = "too many resource limits";
+		return -1;
+	}
+	for (uint32_t i = 0; i < s->rlimits.n; i++) {
+		s->rlimits.r[i].resource = (int)hutch_rd_u32(r);
+		s->rlimits.r[i].cur = (uint64_t)hutch_rd_i64(r);
+		s->rlimits.r[i].max = (uint64_t)hutch_rd_i64(r);
+	}
+	if (r->bad)
+		return -1;
+	*plan_at = r->p;
+	*what = "malformed mount plan";
+	return parse_plan(r, &s->plan) < 0 || r->n != 0 ? -1 : 0;
 }
 
 // ---- plan hint -----------------------------------------------------------
@@ -1247,8 +1196,6 @@ static void read_plan(struct hutch_rd *r, struct hutch_plan *p) {
 // whose workspace contains it sees an empty read-only directory instead,
 // see package hostdirs). Its steps are still checked to stay beneath the
 // staging directory before any of them runs.
-
-enum { HINT_NONE = 0, HINT_USED = 1, HINT_UNUSED = 2 };
 
 static struct {
 	unsigned char *buf; // the hint's bytes: a plan as the setup encodes it
@@ -1301,10 +1248,10 @@ static int hint_plausible(const struct hutch_plan *p) {
 // speculate reads the hint on fd 4 and builds its prefix.
 static void speculate(void) {
 	struct stat st;
-	int ok = fstat(4, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && st.st_size <= HUTCH_MAX_MSG;
+	int ok = fstat(HUTCH_FD_PLAN_HINT, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && st.st_size <= HUTCH_MAX_MSG;
 	if (ok && (hint.buf = malloc((size_t)st.st_size)) != NULL) {
 		while (hint.len < (size_t)st.st_size) {
-			ssize_t n = pread(4, hint.buf + hint.len, (size_t)st.st_size - hint.len, (off_t)hint.len);
+			ssize_t n = pread(HUTCH_FD_PLAN_HINT, hint.buf + hint.len, (size_t)st.st_size - hint.len, (off_t)hint.len);
 			if (n < 0 && errno == EINTR)
 				continue;
 			if (n <= 0)
@@ -1313,8 +1260,8 @@ static void speculate(void) {
 		}
 		ok = hint.len == (size_t)st.st_size;
 	}
-	close(4);
-	hint.state = HINT_UNUSED;
+	close(HUTCH_FD_PLAN_HINT);
+	hint.state = HUTCH_HINT_UNUSED;
 	if (!ok || !hint.buf)
 		return;
 	struct hutch_rd r = {hint.buf, hint.len, 0};
@@ -1345,6 +1292,7 @@ __attribute__((noreturn)) static void init_main(long entered, int with_hint) {
 	sigprocmask(SIG_BLOCK, &chld, NULL);
 	// Not dumpable: /proc/1/{mem,fd,environ} stay closed to sandboxed code.
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	prctl(PR_SET_NAME, HUTCH_NAME_INIT, 0, 0, 0);
 	// The sandbox's one session, without a controlling terminal: every
 	// process in the sandbox stays in it (each command leads its own
 	// process group), so no sandboxed code can reach the caller's terminal
@@ -1373,18 +1321,15 @@ __attribute__((noreturn)) static void init_main(long entered, int with_hint) {
 		setup_fail("receive setup: out of memory");
 	memcpy(setup, buf, (size_t)n);
 	struct hutch_rd r = {setup, (size_t)n, 0};
-	uint32_t op = hutch_rd_u32(&r);
-	hutch_rd_u32(&r);
-	hutch_rd_i64(&r);
-	if (r.bad || op != HUTCH_OP_SETUP)
+	uint64_t id;
+	uint32_t op = hutch_rd_header(&r, &id);
+	if (op != HUTCH_OP_SETUP)
 		setup_fail("receive setup: unexpected message %u", op);
-	uint32_t flags = hutch_rd_u32(&r);
-	const char *hostname = hutch_rd_str(&r);
-	in.rlimits = hutch_rd_str(&r);
-	sandbox_uid = (int)hutch_rd_i64(&r);
-	sandbox_gid = (int)hutch_rd_i64(&r);
-	if (r.bad)
-		setup_fail("receive setup: malformed message");
+	const unsigned char *plan_at = NULL;
+	const char *what;
+	if (hutch_parse_setup(&r, &in.setup, &plan_at, &what) < 0)
+		setup_fail("receive setup: %s", what);
+	uint32_t flags = in.setup.flags;
 	in.timing = (flags & HUTCH_SETUP_TIMING) != 0;
 	// "@entered" is absolute (CLOCK_MONOTONIC): the supervisor turns it
 	// into the time from its fork to this constructor.
@@ -1399,9 +1344,10 @@ __attribute__((noreturn)) static void init_main(long entered, int with_hint) {
 		close_fds(fds, nfds);
 	}
 	// The plan is the setup's last part.
-	int use_hint = hint.built && r.n == hint.len && memcmp(r.p, hint.buf, r.n) == 0;
-	struct hutch_plan plan;
-	read_plan(&r, &plan);
+	size_t plan_len = (size_t)(setup + n - plan_at);
+	int use_hint = hint.built && plan_len == hint.len && memcmp(plan_at, hint.buf, plan_len) == 0;
+	struct hutch_plan *plan = &in.setup.plan;
+	const char *hostname = in.setup.hostname;
 
 	char eb[128], err[4096];
 	t0 = hutch_now_usec();
@@ -1411,7 +1357,7 @@ __attribute__((noreturn)) static void init_main(long entered, int with_hint) {
 		setup_fail("set hostname: %s", hutch_strerror(errno, eb, sizeof eb));
 	mark("init.net", hutch_now_usec() - t0);
 	if (use_hint) {
-		hint.state = HINT_USED;
+		hint.state = HUTCH_HINT_USED;
 		if (hutch_mounts_finish(&hint.m, &hint.plan, mark) < 0) {
 			snprintf(err, sizeof err, "%s", hint.err);
 			setup_fail("build the sandbox's root filesystem: %s", err);
@@ -1419,7 +1365,7 @@ __attribute__((noreturn)) static void init_main(long entered, int with_hint) {
 	} else {
 		if (hint.built)
 			hutch_mounts_abandon(&hint.m, &hint.plan);
-		if (hutch_mounts_execute(&plan, mark, err, sizeof err) < 0)
+		if (hutch_mounts_execute(plan, mark, err, sizeof err) < 0)
 			setup_fail("build the sandbox's root filesystem: %s", err);
 	}
 	free(hint.plan.steps);
@@ -1431,23 +1377,23 @@ __attribute__((noreturn)) static void init_main(long entered, int with_hint) {
 		setup_fail("open the new root: %s", hutch_strerror(errno, eb, sizeof eb));
 	if (flags & HUTCH_SETUP_PROXY) {
 		t0 = hutch_now_usec();
-		out[nout++] = proxy_socket(SOCK_STREAM, HUTCH_PORT_HTTP, "HTTP proxy");
-		out[nout++] = proxy_socket(SOCK_STREAM, HUTCH_PORT_SOCKS, "SOCKS5 proxy");
-		out[nout++] = proxy_socket(SOCK_DGRAM, HUTCH_PORT_DNS, "DNS");
+		out[nout++] = proxy_socket(SOCK_STREAM, (int)in.setup.port_http, "HTTP proxy");
+		out[nout++] = proxy_socket(SOCK_STREAM, (int)in.setup.port_socks, "SOCKS5 proxy");
+		out[nout++] = proxy_socket(SOCK_DGRAM, (int)in.setup.port_dns, "DNS");
 		mark("init.proxy-sockets", hutch_now_usec() - t0);
 	}
-	wr_head(&in.out, HUTCH_OP_READY, 0);
+	const char *names[16];
+	long usecs[16];
 	int nmarks = in.timing ? in.nmarks : 0;
-	wr_u32(&in.out, (uint32_t)nmarks);
-	for (int i = 0; i < nmarks; i++) {
-		wr_str(&in.out, in.marks[i].name);
-		wr_i64(&in.out, in.marks[i].usec);
-	}
-	wr_u32(&in.out, (uint32_t)hint.state);
+	for (int i = 0; i < nmarks; i++)
+		names[i] = in.marks[i].name, usecs[i] = in.marks[i].usec;
+	hutch_wr_ready(&in.out, nmarks, names, usecs, (uint32_t)hint.state);
 	if (send_msg(&in.out, out, nout) < 0)
 		_exit(1);
 	close_fds(out, nout);
-	free(plan.steps);
+	free(plan->steps);
+	plan->steps = NULL;
+	plan->nsteps = 0;
 	serve(buf);
 }
 

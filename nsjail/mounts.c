@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "hutch_init.h"
+#include "wire.h"
 
 #ifndef SYS_mount_setattr
 #define SYS_mount_setattr 442

@@ -13,71 +13,80 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutchsandbox/hutch/mounts"
+	"github.com/hutchsandbox/hutch/plan"
 )
 
 // The supervisor and the init talk over a SOCK_SEQPACKET socketpair: one
 // message per packet, file descriptors beside it as SCM_RIGHTS. The init is
 // C (init.c), so the encoding is plain: a header (u32 op, u32 zero, u64 id),
 // then the op's fields as native-endian u32 and i64 values and strings
-// (u32 length, bytes, NUL). hutch_init.h holds the C side of every number
-// below. The init never trusts anything from inside the sandbox; the only
-// party on the other end of this socket is the supervisor that created it.
+// (u32 length, bytes, NUL). hutch_init.h defines every number of the
+// schema; the constants below are read from it (cgo), and wire_test.go
+// checks this encoder against init.c's decoder and the other way round. The
+// init never trusts anything from inside the sandbox; the only party on the
+// other end of this socket is the supervisor that created it.
 
-// Message operations; must match hutch_init.h.
+/*
+#include "hutch_init.h"
+*/
+import "C"
+
+// Message operations.
 const (
-	opSetup    uint32 = 1 // supervisor -> init: build the sandbox + [BPF memfd]
-	opReady    uint32 = 2 // init -> supervisor: built (timings) + root fd [+ 3 proxy sockets]
-	opFail     uint32 = 3 // init -> supervisor: setup failed (Errno, Step, Error)
-	opSpawn    uint32 = 4 // supervisor -> init: start a command (Spawn) + fds 0,1,2[,notify]
-	opStarted  uint32 = 5 // init -> supervisor: command started (Pid)
-	opSpawnErr uint32 = 6 // init -> supervisor: command could not start (Code, Error)
-	opExit     uint32 = 7 // init -> supervisor: command ended (Status, Code, Errno, Error, Alone)
-	opSignal   uint32 = 8 // supervisor -> init: signal a command's reaper (Signal)
-	opLandlock uint32 = 9 // supervisor -> init: + the Landlock ruleset fd
-	// supervisor -> init: start the session's spawner (SpawnerNotify) + the
-	// scope ruleset fd [+ the notification socket]
-	opSpawner uint32 = 10
-	// init -> supervisor: the spawner is ready (Code 0), or why not (Error)
-	opSpawnerReply uint32 = 11
-	// supervisor -> init: send opStarted for each command not announced
-	// (those from the spawner are announced only when asked)
-	opPids uint32 = 12
+	opSetup        = uint32(C.HUTCH_OP_SETUP)         // supervisor -> init: build the sandbox + [BPF memfd]
+	opReady        = uint32(C.HUTCH_OP_READY)         // init -> supervisor: built (timings) + root fd [+ 3 proxy sockets]
+	opFail         = uint32(C.HUTCH_OP_FAIL)          // init -> supervisor: setup failed (Errno, Step, Error)
+	opSpawn        = uint32(C.HUTCH_OP_SPAWN)         // supervisor -> init: start a command (Spawn) + fds 0,1,2[,notify]
+	opStarted      = uint32(C.HUTCH_OP_STARTED)       // init -> supervisor: command started (Pid)
+	opSpawnErr     = uint32(C.HUTCH_OP_SPAWNERR)      // init -> supervisor: command could not start (Code, Error)
+	opExit         = uint32(C.HUTCH_OP_EXIT)          // init -> supervisor: command ended (Status, Code, Errno, Error, Alone)
+	opSignal       = uint32(C.HUTCH_OP_SIGNAL)        // supervisor -> init: signal a command's reaper (Signal)
+	opLandlock     = uint32(C.HUTCH_OP_LANDLOCK)      // supervisor -> init: + the Landlock ruleset fd
+	opSpawner      = uint32(C.HUTCH_OP_SPAWNER)       // supervisor -> init: start the spawner + scope ruleset [+ notify socket]
+	opSpawnerReply = uint32(C.HUTCH_OP_SPAWNER_REPLY) // init -> supervisor: the spawner is ready (Code 0), or why not
+	opPids         = uint32(C.HUTCH_OP_PIDS)          // supervisor -> init: send opStarted for each command not announced
 )
 
-// The kind of step a FAIL message names; must match hutch_init.h.
+// The kind of step a FAIL message names.
 const (
-	failOther      uint32 = 0
-	failNamespaces uint32 = 1 // creating namespaces
+	failOther      = uint32(C.HUTCH_FAIL_OTHER)
+	failNamespaces = uint32(C.HUTCH_FAIL_NAMESPACES) // creating namespaces
 )
 
 // codeNoSpawner is the spawn error of a request through a spawner that is
-// gone; must match HUTCH_CODE_NO_SPAWNER.
-const codeNoSpawner = 200
+// gone.
+const codeNoSpawner = int(C.HUTCH_CODE_NO_SPAWNER)
 
-// Setup flags; must match hutch_init.h.
+// Setup, spawn and spawner flags, and step flags.
 const (
-	setupSeccomp = 1
-	setupProxy   = 2
-	setupTiming  = 4
-	spawnNotify  = 1
-	// spawnViaSpawner: the session's spawner starts the command.
-	spawnViaSpawner = 2
-	spawnerNotify   = 1
+	setupSeccomp    = uint32(C.HUTCH_SETUP_SECCOMP)
+	setupProxy      = uint32(C.HUTCH_SETUP_PROXY)
+	setupTiming     = uint32(C.HUTCH_SETUP_TIMING)
+	spawnNotify     = uint32(C.HUTCH_SPAWN_NOTIFY)
+	spawnViaSpawner = uint32(C.HUTCH_SPAWN_VIA_SPAWNER) // the session's spawner starts the command
+	spawnerNotify   = uint32(C.HUTCH_SPAWNER_NOTIFY)
+	stepfReadOnly   = uint32(C.HUTCH_STEPF_RO)
+	stepfOptional   = uint32(C.HUTCH_STEPF_OPTIONAL)
+	stepfNoSymlinks = uint32(C.HUTCH_STEPF_NOSYM)
 )
 
-// stepKinds numbers the plan's step kinds for the C executor; must match
-// HUTCH_STEP_* in hutch_init.h.
+// maxRlimits is the most resource limits a setup carries.
+const maxRlimits = int(C.HUTCH_MAX_RLIMITS)
+
+// stepKinds numbers the plan's step kinds for the C executor.
 var stepKinds = map[mounts.Kind]uint32{
-	mounts.Bind: 1, mounts.Tmpfs: 2, mounts.Proc: 3, mounts.Devpts: 4, mounts.Sysfs: 5,
-	mounts.Mkdir: 6, mounts.File: 7, mounts.Symlink: 8, mounts.MaskFile: 9, mounts.MaskDir: 10,
-	mounts.ReadOnly: 11, mounts.Pin: 12, mounts.Seal: 13, mounts.Protect: 14, mounts.Hide: 15,
+	mounts.Bind: C.HUTCH_STEP_BIND, mounts.Tmpfs: C.HUTCH_STEP_TMPFS, mounts.Proc: C.HUTCH_STEP_PROC,
+	mounts.Devpts: C.HUTCH_STEP_DEVPTS, mounts.Sysfs: C.HUTCH_STEP_SYSFS, mounts.Mkdir: C.HUTCH_STEP_MKDIR,
+	mounts.File: C.HUTCH_STEP_FILE, mounts.Symlink: C.HUTCH_STEP_SYMLINK, mounts.MaskFile: C.HUTCH_STEP_MASK_FILE,
+	mounts.MaskDir: C.HUTCH_STEP_MASK_DIR, mounts.ReadOnly: C.HUTCH_STEP_RO, mounts.Pin: C.HUTCH_STEP_PIN,
+	mounts.Seal: C.HUTCH_STEP_SEAL, mounts.Protect: C.HUTCH_STEP_PROTECT, mounts.Hide: C.HUTCH_STEP_HIDE,
 }
 
-// What a Ready message says of the plan hint; must match HINT_* in init.c.
+// What a Ready message says of the plan hint.
 const (
-	hintNone   = 0 // the init had none
-	hintUsed   = 1 // the setup's plan was the hint's: part of it was built ahead
-	hintUnused = 2 // a hint that could not be used (differs, malformed, failed)
+	hintNone   = uint32(C.HUTCH_HINT_NONE)   // the init had none
+	hintUsed   = uint32(C.HUTCH_HINT_USED)   // the setup's plan was the hint's: part of it was built ahead
+	hintUnused = uint32(C.HUTCH_HINT_UNUSED) // a hint that could not be used (differs, malformed, failed)
 )
 
 func hintState(h uint32) string {
@@ -90,8 +99,8 @@ func hintState(h uint32) string {
 	return ""
 }
 
-// maxMsg bounds one control message; must match HUTCH_MAX_MSG.
-const maxMsg = 1 << 20
+// maxMsg bounds one control message.
+const maxMsg = int(C.HUTCH_MAX_MSG)
 
 // message is the decoded form of every control packet; each op uses some
 // of the fields.
@@ -246,9 +255,24 @@ func encodeSetup(e *enc, s *Setup) {
 	}
 	e.u32(fl)
 	e.str("hostname", sb.Identity.Hostname)
-	e.str("resource limits", formatRlimits(s.Rlimits))
 	e.i64(int64(sb.Identity.UID))
 	e.i64(int64(sb.Identity.GID))
+	var px plan.Proxy
+	if sb.Network.Proxy != nil {
+		px = *sb.Network.Proxy
+	}
+	e.u32(uint32(px.HTTP))
+	e.u32(uint32(px.SOCKS))
+	e.u32(uint32(px.DNS))
+	if len(s.Rlimits) > maxRlimits && e.err == nil {
+		e.err = fmt.Errorf("%d resource limits, at most %d", len(s.Rlimits), maxRlimits)
+	}
+	e.u32(uint32(len(s.Rlimits)))
+	for _, r := range s.Rlimits {
+		e.u32(uint32(r.Resource))
+		e.i64(int64(r.Cur)) // RLIM_INFINITY (^0) travels as -1
+		e.i64(int64(r.Max))
+	}
 	encodePlan(e, sb.Mounts) // last: the init compares it with its plan hint
 }
 
@@ -284,13 +308,13 @@ func encodePlan(e *enc, p *mounts.Plan) {
 		}
 		var sf uint32
 		if st.ReadOnly {
-			sf |= 1
+			sf |= stepfReadOnly
 		}
 		if st.Optional {
-			sf |= 2
+			sf |= stepfOptional
 		}
 		if st.NoSymlinks {
-			sf |= 4
+			sf |= stepfNoSymlinks
 		}
 		target := filepath.Clean("/" + st.Target)
 		e.u32(kind)

@@ -7,7 +7,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hutchsandbox/hutch/cgroup"
 	"github.com/hutchsandbox/hutch/mounts"
 	"github.com/hutchsandbox/hutch/plan"
 )
@@ -18,62 +17,6 @@ func testSandbox(m *mounts.Plan, hostname string, uid, gid int, proxy bool) *pla
 		sb.Network.Proxy = &plan.Proxy{HTTP: 3128, SOCKS: 1080, DNS: 53}
 	}
 	return sb
-}
-
-// The setup message, read field by field in init.c's order.
-func TestEncodeSetupMatchesTheInitsReader(t *testing.T) {
-	plan := &mounts.Plan{RootSize: 1 << 20, Stage: "/run/stage", Steps: []mounts.Step{
-		{Kind: mounts.Bind, Source: "/usr", Target: "usr", ReadOnly: true, Optional: true, Why: "tooling"},
-		{Kind: mounts.File, Target: "/etc/../etc/hosts", Data: "127.0.0.1 localhost\n", Mode: 0o644},
-		{Kind: mounts.Protect, Target: "/workspace/.git/hooks", NoSymlinks: true},
-	}}
-	m := &message{Op: opSetup, ID: 7, Setup: &Setup{
-		Sandbox: testSandbox(plan, "hutch", 1000, 1001, true), Seccomp: []byte{1}, Timing: true,
-		Rlimits: []cgroup.Rlimit{{Resource: 7, Cur: 4096, Max: 4096}, {Resource: 9, Cur: ^uint64(0), Max: ^uint64(0)}},
-	}}
-	b, err := m.encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &dec{b: b} // reads as init.c's hutch_rd_* do
-	if op, pad, id := r.u32(), r.u32(), r.i64(); op != opSetup || pad != 0 || id != 7 {
-		t.Fatalf("header: op %d pad %d id %d", op, pad, id)
-	}
-	if fl := r.u32(); fl != setupSeccomp|setupProxy|setupTiming {
-		t.Errorf("flags %b", fl)
-	}
-	if h := r.str(); h != "hutch" {
-		t.Errorf("hostname %q", h)
-	}
-	if rl := r.str(); rl != "7:4096:4096,9:-1:-1" {
-		t.Errorf("rlimits %q", rl)
-	}
-	if uid, gid := r.i64(), r.i64(); uid != 1000 || gid != 1001 {
-		t.Errorf("uid %d gid %d", uid, gid)
-	}
-	if size, stage, n := r.i64(), r.str(), r.u32(); size != 1<<20 || stage != "/run/stage" || n != 3 {
-		t.Fatalf("plan header: size %d stage %q steps %d", size, stage, n)
-	}
-	want := []struct {
-		kind, flags, mode          uint32
-		name, source, target, stag string
-		data, why                  string
-	}{
-		{1, 3, 0, "bind", "/usr", "/usr", "/run/stage/usr", "", "tooling"},
-		{7, 0, 0o644, "file", "", "/etc/hosts", "/run/stage/etc/hosts", "127.0.0.1 localhost\n", ""},
-		{14, 4, 0, "protect", "", "/workspace/.git/hooks", "/run/stage/workspace/.git/hooks", "", ""},
-	}
-	for i, w := range want {
-		kind, flags, mode, size := r.u32(), r.u32(), r.u32(), r.i64()
-		name, source, target, staged, data, why := r.str(), r.str(), r.str(), r.str(), r.str(), r.str()
-		if kind != w.kind || flags != w.flags || mode != w.mode || size != 0 || name != w.name || source != w.source ||
-			target != w.target || staged != w.stag || data != w.data || why != w.why {
-			t.Errorf("step %d: got %d %d %o %d %q %q %q %q %q %q, want %+v", i, kind, flags, mode, size, name, source, target, staged, data, why, w)
-		}
-	}
-	if r.bad || len(r.b) != 0 {
-		t.Errorf("reader bad=%v, %d bytes left", r.bad, len(r.b))
-	}
 }
 
 // The plan hint is the setup's plan exactly as the setup carries it, at its

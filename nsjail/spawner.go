@@ -14,7 +14,7 @@ import (
 )
 
 // A session's commands after its first start from a spawner (init.c's
-// start_spawner, execstage.c's hutch_spawner_harden): the restrictions every
+// start_spawner, execstage.c's hutch_harden): the restrictions every
 // command shares are applied once, so a command no longer pays for loading
 // the seccomp filter (the kernel checks, converts and compiles it each
 // time). The spawner's commands share its seccomp listener, so a

@@ -127,6 +127,21 @@ func TestSeccompDenialsReportedAndLogged(t *testing.T) {
 	}
 }
 
+// hutch's processes in a one-off sandbox say their roles in ps, and the
+// command's reaper (its parent) is not dumpable: the command cannot read its
+// memory, environment or descriptors.
+func TestRoleNamesAndReaperNotDumpable(t *testing.T) {
+	ws := userDir(t)
+	r := hutch(t, opts{dir: ws}, "run", "--", "/bin/sh", "-c", `cat /proc/1/comm /proc/$PPID/comm
+for f in environ mem fd/0; do head -c1 /proc/$PPID/$f >/dev/null 2>&1 && echo "reaper $f: readable" || echo "reaper $f: closed"; done`)
+	mustCode(t, r, 0)
+	for _, want := range []string{"hutch:init\nhutch:reaper\n", "reaper environ: closed", "reaper mem: closed", "reaper fd/0: closed"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("want %q in:\n%s%s", want, r.stdout, r.stderr)
+		}
+	}
+}
+
 func TestSeccompAndNoNewPrivsInStatus(t *testing.T) {
 	ws := userDir(t)
 	r := sandboxSh(t, ws, `grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status`)

@@ -387,9 +387,13 @@ for i in $(seq 100); do
 done
 echo "ahead: ${R:-none}"
 grep -E '^(NoNewPrivs|Seccomp|CapEff|CapBnd):' /proc/$R/status | sed 's/^/ahead /'
+echo "init comm: $(cat /proc/1/comm)"
+echo "own reaper comm: $(cat /proc/$PPID/comm)"
+head -c1 /proc/$PPID/environ >/dev/null 2>&1 && echo "own reaper read environ: yes" || echo "own reaper read environ: no"
 for who in S R; do
 	eval P=\$$who
 	echo "$who cmdline: $(tr '\0' ' ' < /proc/$P/cmdline)"
+	echo "$who comm: $(cat /proc/$P/comm)"
 	for f in fd/3 mem environ; do head -c1 /proc/$P/$f >/dev/null 2>&1 && echo "$who read $f: yes" || echo "$who read $f: no"; done
 	for sig in STOP KILL 0; do kill -$sig $P 2>/dev/null && echo "$who signal $sig: yes" || echo "$who signal $sig: no"; done
 done
@@ -402,6 +406,12 @@ done
 	for _, want := range []string{"ahead NoNewPrivs:\t1", "ahead Seccomp:\t2", "ahead CapEff:\t0000000000000000", "ahead CapBnd:\t0000000000000000"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("the reaper made ahead lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	// Each of hutch's processes says its role in ps (PR_SET_NAME).
+	for _, want := range []string{"init comm: hutch:init\n", "own reaper comm: hutch:reaper\n", "S comm: hutch:spawner\n", "R comm: hutch:reaper\n", "own reaper read environ: no\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("want %q in:\n%s", want, r.stdout)
 		}
 	}
 	for _, who := range []string{"S", "R"} {

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "../hutch_init.h"
+#include "../wire.h"
 
 #ifndef SYS_close_range
 #define SYS_close_range 436
@@ -126,28 +127,11 @@ static int write_file(const char *path, const char *s) {
 __attribute__((noreturn)) static void fail_step(int ctrl, const char *what, uint32_t step) {
 	int e = errno;
 	char msg[256], eb[128];
-	snprintf(eb, sizeof eb, "%s", strerror(e));
-	if (eb[0] >= 'A' && eb[0] <= 'Z' && !(eb[1] >= 'A' && eb[1] <= 'Z'))
-		eb[0] = (char)(eb[0] - 'A' + 'a'); // Go's wording of errno
-	int n = snprintf(msg, sizeof msg, "start the sandbox's init: %s: %s", what, eb);
-	if (n < 0)
-		n = 0;
-	if ((size_t)n >= sizeof msg)
-		n = sizeof msg - 1;
-	unsigned char b[8 + 8 + 8 + 4 + 4 + sizeof msg + 1];
-	uint32_t op = HUTCH_OP_FAIL, zero = 0, len = (uint32_t)n;
-	uint64_t id = 0;
-	int64_t eno = e;
-	memcpy(b, &op, 4);
-	memcpy(b + 4, &zero, 4);
-	memcpy(b + 8, &id, 8);
-	memcpy(b + 16, &eno, 8);
-	memcpy(b + 24, &step, 4);
-	memcpy(b + 28, &len, 4);
-	memcpy(b + 32, msg, (size_t)n);
-	b[32 + n] = 0;
-	ssize_t w = send(ctrl, b, 33 + (size_t)n, MSG_NOSIGNAL);
-	(void)w;
+	snprintf(msg, sizeof msg, "start the sandbox's init: %s: %s", what, hutch_strerror(e, eb, sizeof eb));
+	static struct hutch_wr w;
+	hutch_wr_fail(&w, e, step, msg);
+	ssize_t n = send(ctrl, w.b, w.n, MSG_NOSIGNAL);
+	(void)n;
 	_exit(1);
 }
 
@@ -190,15 +174,15 @@ __attribute__((noreturn)) static void child(int ctrl, uid_t uid, gid_t gid) {
 	int null = open("/dev/null", O_RDWR);
 	if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0)
 		fail(ctrl, "open /dev/null");
-	if (ctrl == 3) {
-		if (fcntl(3, F_SETFD, 0) < 0) // dup2 onto itself keeps close-on-exec
+	if (ctrl == HUTCH_FD_CONTROL) {
+		if (fcntl(HUTCH_FD_CONTROL, F_SETFD, 0) < 0) // dup2 onto itself keeps close-on-exec
 			fail(ctrl, "place the control socket");
-	} else if (dup2(ctrl, 3) < 0) {
+	} else if (dup2(ctrl, HUTCH_FD_CONTROL) < 0) {
 		fail(ctrl, "place the control socket");
 	}
-	if (hint >= 0 && dup2(hint, 4) < 0)
+	if (hint >= 0 && dup2(hint, HUTCH_FD_PLAN_HINT) < 0)
 		hint = -1;
-	int keep = hint >= 0 ? 5 : 4;
+	int keep = hint >= 0 ? HUTCH_FD_PLAN_HINT + 1 : HUTCH_FD_CONTROL + 1;
 	if (syscall(SYS_close_range, keep, ~0U, 0) < 0) {
 		for (int fd = keep; fd < 4096; fd++)
 			close(fd);
@@ -206,7 +190,7 @@ __attribute__((noreturn)) static void child(int ctrl, uid_t uid, gid_t gid) {
 	char *argv[] = {HUTCH_INIT_MAGIC, hint >= 0 ? "--plan-hint" : NULL, NULL};
 	char *envp[] = {NULL};
 	execve("/proc/self/exe", argv, envp);
-	fail(3, "execute /proc/self/exe");
+	fail(HUTCH_FD_CONTROL, "execute /proc/self/exe");
 }
 
 __attribute__((constructor)) static void hutch_prestart(int argc, char **argv, char **envp) {

@@ -1,0 +1,43 @@
+package nsjail
+
+/*
+#include <stdlib.h>
+#include "hutch_init.h"
+int hutch_wirecheck_setup(const unsigned char *b, size_t n, char *out, size_t len);
+int hutch_wirecheck_spawn(const unsigned char *b, size_t n, char *out, size_t len);
+size_t hutch_wirecheck_sample(uint32_t op, unsigned char *buf, size_t len);
+*/
+import "C"
+
+import (
+	"errors"
+	"unsafe"
+)
+
+// The Go side of the wire check (wirecheck.c, wire_test.go): init.c's own
+// parsers and encoders, reached from Go.
+
+// cDescribe runs the C parser f on b and returns its description.
+func cDescribe(b []byte, setup bool) (string, error) {
+	out := make([]byte, 1<<20)
+	in := C.CBytes(b)
+	defer C.free(in)
+	var rc C.int
+	if setup {
+		rc = C.hutch_wirecheck_setup((*C.uchar)(in), C.size_t(len(b)), (*C.char)(unsafe.Pointer(&out[0])), C.size_t(len(out)))
+	} else {
+		rc = C.hutch_wirecheck_spawn((*C.uchar)(in), C.size_t(len(b)), (*C.char)(unsafe.Pointer(&out[0])), C.size_t(len(out)))
+	}
+	s := C.GoString((*C.char)(unsafe.Pointer(&out[0])))
+	if rc != 0 {
+		return "", errors.New(s)
+	}
+	return s, nil
+}
+
+// cSample is a message of op as init.c's encoders make it.
+func cSample(op uint32) []byte {
+	buf := make([]byte, 1<<16)
+	n := C.hutch_wirecheck_sample(C.uint32_t(op), (*C.uchar)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)))
+	return buf[:n]
+}
