@@ -484,7 +484,12 @@ func TestKernelBestEffortOlderABI(t *testing.T) {
 
 func TestKernelStrictFullABI(t *testing.T) {
 	requireABI(t, 6)
-	r := SandboxRules(Sandbox{ProxyPorts: []uint16{3128}})
+	// The shape of a sandbox's rules (plan.Build makes the real ones).
+	r := Rules{
+		ReadExec: []string{"/usr", "/bin", "/lib"}, ReadOnly: []string{"/etc", "/proc", "/dev"}, ListOnly: []string{"/"},
+		ReadWrite: []string{"/tmp"}, ReadWriteFiles: []string{"/dev/null", "/dev/pts"},
+		ConnectTCP: []uint16{3128}, ScopeAbstractUnix: true, ScopeSignal: true,
+	}
 	fd, rep, err := Build(r, true)
 	if err != nil {
 		t.Fatalf("strict on ABI %d: %v", ABI(), err)

@@ -136,26 +136,6 @@ func TestRelativePathRejected(t *testing.T) {
 	}
 }
 
-func TestSandboxRules(t *testing.T) {
-	r := SandboxRules(Sandbox{ProxyPorts: []uint16{3128}, Sys: true, ExtraReadOnly: []string{"/data"}})
-	join := func(s []string) string { return strings.Join(s, " ") }
-	if got := join(r.ReadWrite); got != "/workspace /tmp /home/sandbox /dev/shm" {
-		t.Errorf("ReadWrite %q", got)
-	}
-	if got := join(r.ReadOnly); got != "/etc /proc /dev /sys /data" {
-		t.Errorf("ReadOnly %q", got)
-	}
-	if len(r.ConnectTCP) != 1 || r.ConnectTCP[0] != 3128 || len(r.BindTCP) != 0 {
-		t.Errorf("TCP connect %v bind %v", r.ConnectTCP, r.BindTCP)
-	}
-	if !r.ScopeSignal || !r.ScopeAbstractUnix {
-		t.Error("scopes not requested")
-	}
-	if !strings.Contains(join(r.ReadWriteFiles), "/dev/pts") || !strings.Contains(join(r.ReadExec), "/usr") {
-		t.Errorf("ReadWriteFiles %v ReadExec %v", r.ReadWriteFiles, r.ReadExec)
-	}
-}
-
 func TestProbeFeatures(t *testing.T) {
 	s := probeABI(4, "")
 	if len(s.Features) != MaxKnownABI {

@@ -1,25 +1,3 @@
-// Package nsjail owns the sandbox's namespace lifecycle: the supervisor
-// (host side, Go), the init (pid 1 inside, C) and the exec stage (C, per
-// command).
-//
-// Process model:
-//
-//	supervisor (hutch, host, unprivileged)
-//	  └─ init: /proc/self/exe as "hutch:init" in new user, mount, pid, net,
-//	     ipc, uts and cgroup namespaces; host uid mapped to 0; a C
-//	     constructor (init.c) takes over before the Go runtime starts,
-//	     builds the root (mounts.c), pivots, then serves spawn requests and
-//	     reaps every process
-//	       └─ exec stage: a fork of the init that enters a nested user
-//	          namespace mapping the sandbox uid (1000) to the init's 0,
-//	          drops capabilities, sets no_new_privs, applies Landlock and
-//	          seccomp (execstage.c) and stays as the command's reaper
-//	            └─ the command (uid 1000, no capabilities, own session)
-//
-// The supervisor builds the Landlock ruleset beneath the new root, which the
-// init hands over once before any sandboxed code runs. One init can run many
-// commands (sessions), and the supervisor talks to it over a private
-// socketpair that nothing inside the sandbox can reach.
 package nsjail
 
 import (
