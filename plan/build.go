@@ -1,7 +1,9 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -105,7 +107,16 @@ func buildMounts(p *policy.Policy, h *Host, sb *Sandbox) (*mounts.Plan, error) {
 		Hostname:       sb.Identity.Hostname,
 		FS:             h.FS,
 	}
-	for _, b := range p.Filesystem.ReadOnly {
+	fsys := h.FS
+	if fsys == nil {
+		fsys = mounts.OS
+	}
+	for i, b := range p.Filesystem.ReadOnly {
+		if _, err := fsys.Lstat(b.Source); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("filesystem.read_only[%d]: source %s does not exist on this host (bind an existing file or directory, or remove the entry): %w", i, b.Source, err)
+		} else if err != nil {
+			return nil, fmt.Errorf("filesystem.read_only[%d]: source %s: %w", i, b.Source, err)
+		}
 		t := b.Target
 		if t == "" {
 			t = b.Source

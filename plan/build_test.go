@@ -268,6 +268,13 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name: "missing read-only bind source",
+			policy: func(p *policy.Policy) {
+				p.Filesystem.ReadOnly = []policy.Bind{{Source: "/opt"}, {Source: "/data/none"}}
+			},
+			err: "filesystem.read_only[1]: source /data/none",
+		},
+		{
 			name: "bad --env",
 			req:  &Request{Argv: []string{"true"}, ExtraEnv: []string{"1X=2"}},
 			err:  "--env",

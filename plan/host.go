@@ -5,6 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hutchsandbox/hutch/cgroup"
 	"github.com/hutchsandbox/hutch/hostdirs"
@@ -131,5 +134,65 @@ func ResolveWorkspace(dir string) (string, error) {
 	if real == "/" {
 		return "", fmt.Errorf("workspace %s: refusing to expose the whole host root read-write; pass a project directory with --workspace", dir)
 	}
+	if why := systemTree(real); why != "" {
+		return "", fmt.Errorf("workspace %s: %s cannot be a workspace (it would be read-write inside): %s; pass a project directory with --workspace", dir, real, why)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(real, &st); err != nil {
+		return "", fmt.Errorf("workspace %s: statfs: %w", dir, err)
+	}
+	if name, ok := pseudoFS[int64(st.Type)]; ok {
+		return "", fmt.Errorf("workspace %s: %s is on a %s, a view of the host kernel or its devices, not a project; pass a project directory with --workspace", dir, real, name)
+	}
 	return real, nil
+}
+
+// systemTree says why path, a real path, is one of the host's system trees
+// that a workspace (read-write inside, and on the host when hutch runs as
+// root) must not be: the kernel's views (/proc, /sys), the device tree,
+// the host's configuration and boot files, its runtime state (service
+// sockets), or the root of the tooling. Project directories beneath /usr
+// (/usr/local/src/...), /var or /opt stay allowed.
+func systemTree(path string) string {
+	for _, t := range []struct{ dir, why string }{
+		{"/proc", "the host's processes (procfs)"},
+		{"/sys", "the host's kernel and devices (sysfs)"},
+		{"/dev", "the host's devices"},
+		{"/etc", "the host's configuration"},
+		{"/boot", "the host's kernels and boot loader"},
+		{"/run", "the host's runtime state and service sockets"},
+	} {
+		if path == t.dir || strings.HasPrefix(path, t.dir+"/") {
+			return t.why
+		}
+	}
+	switch path {
+	case "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/var", "/home", "/root":
+		return "a top-level system directory"
+	}
+	return ""
+}
+
+// pseudoFS are the file systems that are views of the kernel or of
+// devices, by statfs magic, which no workspace may be on: a bind of /proc
+// elsewhere is still the host's processes.
+var pseudoFS = map[int64]string{
+	unix.PROC_SUPER_MAGIC:    "procfs",
+	unix.SYSFS_MAGIC:         "sysfs",
+	unix.DEVPTS_SUPER_MAGIC:  "devpts",
+	unix.CGROUP_SUPER_MAGIC:  "cgroup file system",
+	unix.CGROUP2_SUPER_MAGIC: "cgroup2 file system",
+	unix.DEBUGFS_MAGIC:       "debugfs",
+	unix.TRACEFS_MAGIC:       "tracefs",
+	unix.SECURITYFS_MAGIC:    "securityfs",
+	unix.BPF_FS_MAGIC:        "bpf file system",
+	unix.PSTOREFS_MAGIC:      "pstore",
+	unix.EFIVARFS_MAGIC:      "efivarfs",
+	unix.SELINUX_MAGIC:       "selinuxfs",
+	unix.SMACK_MAGIC:         "smackfs",
+	unix.BINFMTFS_MAGIC:      "binfmt_misc",
+	0x62656570:               "configfs", // CONFIGFS_MAGIC
+	0x65735543:               "fusectl",  // FUSE_CTL_SUPER_MAGIC
+	0x19800202:               "mqueue file system",
+	unix.NSFS_MAGIC:          "nsfs",
 }

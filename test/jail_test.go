@@ -500,6 +500,49 @@ func TestPolicyCheckCLI(t *testing.T) {
 	mustCode(t, r, 125)
 }
 
+// policy check refuses what run would refuse on this host, not only what
+// the file's syntax and keys get wrong.
+func TestPolicyCheckAppliesRunsValidation(t *testing.T) {
+	dir := userDir(t)
+	for name, c := range map[string]struct{ body, want string }{
+		"bind":    {"version = 1\n[[filesystem.read_only]]\nsource = \"/nonexistent/data\"\n", "filesystem.read_only[0]: source /nonexistent/data does not exist"},
+		"rootfs":  {"version = 1\n[filesystem]\ntooling = \"rootfs:/nonexistent/root\"\n", "tooling rootfs /nonexistent/root"},
+		"profile": {"version = 1\n[seccomp]\nprofile = \"/nonexistent/profile.json\"\n", "seccomp profile /nonexistent/profile.json"},
+		"strict":  {"version = 1\nenforcement = \"strict\"\n", "strict"},
+	} {
+		f := filepath.Join(dir, name+".toml")
+		writeUserFile(t, f, c.body)
+		r := hutch(t, opts{dir: dir}, "policy", "check", f)
+		if name == "strict" && r.code == 0 {
+			continue // a host where strict enforcement holds
+		}
+		mustCode(t, r, 1)
+		if !strings.Contains(r.stderr, c.want) || !strings.Contains(r.stderr, "hutch run would refuse it") {
+			t.Errorf("%s: stderr %q, want %q", name, r.stderr, c.want)
+		}
+		if r = hutch(t, opts{dir: dir}, "run", "--policy", f, "--", "true"); r.code != 125 {
+			t.Errorf("%s: run exited %d, want 125", name, r.code)
+		}
+	}
+}
+
+// Pseudo file systems and the host's system trees are refused as
+// workspaces by rule, even when the policy protects nothing.
+func TestSystemTreesRefusedAsWorkspace(t *testing.T) {
+	dir := userDir(t)
+	pol := filepath.Join(dir, "p.toml")
+	writeUserFile(t, pol, "version = 1\n[filesystem]\nprotected = []\n")
+	link := filepath.Join(dir, "etc")
+	os.Symlink("/etc", link)
+	for ws, want := range map[string]string{"/proc": "the host's processes", "/sys": "sysfs", "/dev": "the host's devices", link: "the host's configuration"} {
+		r := hutch(t, opts{dir: dir}, "run", "--policy", pol, "-w", ws, "--", "cat", "/proc/1/cmdline")
+		mustCode(t, r, 125)
+		if !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "--workspace") {
+			t.Errorf("-w %s: %q, want it to say %q and how to fix it", ws, r.stderr, want)
+		}
+	}
+}
+
 // Signals hutch receives reach the command; its own status comes back.
 func TestSignalForwarding(t *testing.T) {
 	ws := userDir(t)

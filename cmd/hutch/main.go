@@ -29,6 +29,7 @@ import (
 	// The C fast path of `hutch exec` (a constructor; see its package doc).
 	_ "github.com/hutchsandbox/hutch/execclient"
 	"github.com/hutchsandbox/hutch/nsjail/prestart"
+	"github.com/hutchsandbox/hutch/plan"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seccompprofiles"
 	"github.com/hutchsandbox/hutch/seclog"
@@ -353,14 +354,28 @@ func policyCommand() *cli.Command {
 			},
 			{
 				Name:      "check",
-				Usage:     "validate a policy file; exit 0 when valid, 1 with the problems otherwise",
+				Usage:     "validate a policy file as hutch run would here (the file, then the host: workspace, tooling, binds, seccomp profile, strict enforcement); exit 0 when valid, 1 with the problems otherwise",
 				ArgsUsage: "FILE",
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 1 {
 						return &exitError{2, "hutch: usage: hutch policy check FILE"}
 					}
-					if _, err := policy.Load(c.Args().First()); err != nil {
+					p, err := policy.Load(c.Args().First())
+					if err != nil {
 						return &exitError{1, "hutch: " + err.Error()}
+					}
+					// Every check run makes before it starts anything: the
+					// host facts and the plan (workspace, rootfs, bind
+					// sources, strict enforcement), the seccomp profile.
+					h, err := plan.Gather(p, plan.GatherOptions{Env: os.Environ()})
+					if err == nil {
+						_, err = plan.Build(p, h, nil)
+					}
+					if err == nil {
+						_, err = seccompprofiles.Load(c.Context, seccompprofiles.LoadOptions{Profile: p.Seccomp.Profile})
+					}
+					if err != nil {
+						return &exitError{1, fmt.Sprintf("hutch: %s: valid as a file, but hutch run would refuse it here: %v", c.Args().First(), err)}
 					}
 					fmt.Printf("%s: valid\n", c.Args().First())
 					return nil
