@@ -52,3 +52,23 @@ func TestSessionCommandEnv(t *testing.T) {
 		}
 	}
 }
+
+// More than execve takes is refused before anything starts, naming the
+// limit, with the exit status of a command that cannot be executed.
+func TestExecArgsTooLong(t *testing.T) {
+	p := policy.Default()
+	p.Filesystem.Workspace = t.TempDir()
+	p.Network.Mode = policy.NetNone
+	sess, err := hutch.NewSession(context.Background(), &hutch.SessionOptions{Policy: p, HostEnv: []string{"PATH=/usr/bin:/bin"}})
+	if err != nil {
+		t.Fatalf("no sandbox: %v", err)
+	}
+	defer sess.Close()
+	res, err := sess.Exec(context.Background(), &hutch.ExecOptions{Argv: []string{"/bin/sh", "-c", strings.Repeat("x", 200<<10)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != hutch.ExitCannotExec || len(res.Messages) != 1 || !strings.Contains(res.Messages[0], "MAX_ARG_STRLEN") {
+		t.Fatalf("exit %d, messages %q", res.ExitCode, res.Messages)
+	}
+}

@@ -444,6 +444,10 @@ func (s *Session) Exec(ctx context.Context, o *ExecOptions) (*Result, error) {
 			}
 		}
 	}
+	if err := nsjail.CheckArgs(o.Argv, env); err != nil {
+		// What execve would refuse (E2BIG), said before anything starts.
+		return &Result{ExitCode: ExitCannotExec, SandboxID: s.id, Messages: []string{"hutch: cannot execute " + o.Argv[0] + ": " + err.Error()}}, nil
+	}
 	c := &command{rec: seclog.NewRecorder(s.o.SecurityLog, s.id, o.Argv)}
 	stopWatch := s.rec.Watch(c.rec)
 	defer stopWatch()

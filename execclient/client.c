@@ -1,7 +1,8 @@
 // The fast path of `hutch exec NAME [--] COMMAND [ARG...]`: a constructor
 // that runs before the Go runtime starts, speaks the session protocol
-// (session/session.go: one JSON object per SOCK_SEQPACKET message, the
-// caller's stdin, stdout and stderr passed as SCM_RIGHTS) and exits with
+// (session/session.go: one JSON object per SOCK_SEQPACKET message; an exec
+// request is {"op":"exec"} with the caller's stdin, stdout and stderr and a
+// sealed memfd holding the request, passed as SCM_RIGHTS) and exits with
 // the command's status. A Go runtime start costs more than the rest of an
 // exec into a warm session, and `hutch exec` is what an agent calls for
 // every command.
@@ -26,14 +27,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-// Must match session's maxMsg.
+// Must match session's maxMsg and maxBody.
 #define MAX_MSG (1 << 20)
+#define MAX_BODY (64 << 20)
 
 // ---- JSON out -----------------------------------------------------------
 
@@ -389,31 +392,67 @@ static int session_socket(const char *name) {
 	return fd;
 }
 
-static int send_json(int fd, struct buf *b, int with_stdio) {
+// send_json sends b, with the descriptors fds (SCM_RIGHTS) when nfds > 0.
+static int send_json(int fd, struct buf *b, const int *fds, int nfds) {
 	struct iovec iov = {b->p, b->n};
 	union {
-		char buf[CMSG_SPACE(3 * sizeof(int))];
+		char buf[CMSG_SPACE(4 * sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	struct msghdr msg = {0};
 	msg.msg_iov = &iov;
 	msg.msg_iovlen = 1;
-	if (with_stdio) {
-		int fds[3] = {0, 1, 2};
+	if (nfds > 0) {
 		memset(&u, 0, sizeof u);
 		msg.msg_control = u.buf;
-		msg.msg_controllen = sizeof u.buf;
+		msg.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
 		struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
 		cm->cmsg_level = SOL_SOCKET;
 		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof fds);
-		memcpy(CMSG_DATA(cm), fds, sizeof fds);
+		cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
 	}
 	ssize_t n;
 	do {
 		n = sendmsg(fd, &msg, MSG_NOSIGNAL);
 	} while (n < 0 && errno == EINTR);
 	return n < 0 ? -1 : 0;
+}
+
+#ifndef MFD_NOEXEC_SEAL
+#define MFD_NOEXEC_SEAL 0x0008U
+#endif
+#ifndef F_SEAL_SEAL
+#define F_SEAL_SEAL 0x0001
+#define F_SEAL_SHRINK 0x0002
+#define F_SEAL_GROW 0x0004
+#define F_SEAL_WRITE 0x0008
+#endif
+
+// sealed_body puts the request in a memfd nothing can change any more
+// (as session.sealedBody does); -1 when it cannot.
+static int sealed_body(const struct buf *b) {
+	int fd = memfd_create("hutch-exec", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_NOEXEC_SEAL);
+	if (fd < 0 && errno == EINVAL)
+		fd = memfd_create("hutch-exec", MFD_CLOEXEC | MFD_ALLOW_SEALING); // before Linux 6.3
+	if (fd < 0)
+		return -1;
+	size_t off = 0;
+	while (off < b->n) {
+		ssize_t w = write(fd, b->p + off, b->n - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			close(fd);
+			return -1;
+		}
+		off += (size_t)w;
+	}
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
 }
 
 __attribute__((noreturn)) static void die(const char *why) {
@@ -442,21 +481,30 @@ __attribute__((constructor)) static void hutch_fast_exec(int argc, char **argv, 
 		if (fcntl(fd, F_GETFD) < 0)
 			return;
 
-	struct buf req = {malloc(MAX_MSG), 0, MAX_MSG, 0};
-	if (!req.p)
+	// Reserved, not touched: the pages a request uses are the only ones
+	// the kernel gives it.
+	char *mem = mmap(NULL, MAX_BODY, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (mem == MAP_FAILED)
 		return;
+	struct buf req = {mem, 0, MAX_BODY, 0};
 	puts_(&req, "{\"op\":\"exec\",\"argv\":");
 	put_json_strings(&req, &argv[first]);
 	puts_(&req, ",\"env\":");
 	put_json_strings(&req, environ);
 	puts_(&req, "}");
 	if (req.over) {
-		free(req.p);
+		munmap(mem, MAX_BODY);
 		return; // too large: the Go path says so
+	}
+	int body = sealed_body(&req);
+	if (body < 0) {
+		munmap(mem, MAX_BODY);
+		return; // the Go path explains
 	}
 	int s = session_socket(name);
 	if (s < 0) {
-		free(req.p);
+		close(body);
+		munmap(mem, MAX_BODY);
 		return; // no such session, or something odd: the Go path explains
 	}
 	// From here on this path owns the outcome.
@@ -468,10 +516,14 @@ __attribute__((constructor)) static void hutch_fast_exec(int argc, char **argv, 
 	sigaddset(&sigs, SIGQUIT);
 	sigprocmask(SIG_BLOCK, &sigs, NULL);
 	int sfd = signalfd(-1, &sigs, SFD_CLOEXEC);
-	if (send_json(s, &req, 1) < 0) {
+	char head[] = "{\"op\":\"exec\"}";
+	struct buf hb = {head, sizeof head - 1, sizeof head, 0};
+	int fds[4] = {0, 1, 2, body};
+	if (send_json(s, &hb, fds, 4) < 0) {
 		dprintf(2, "hutch: send to session: %s\n", strerror(errno));
 		_exit(125);
 	}
+	close(body);
 	char *in = req.p; // reused for replies
 	struct pollfd pfd[2] = {{s, POLLIN, 0}, {sfd, POLLIN, 0}};
 	for (;;) {
@@ -487,7 +539,7 @@ __attribute__((constructor)) static void hutch_fast_exec(int argc, char **argv, 
 				struct buf b = {m, 0, sizeof m, 0};
 				int n = snprintf(m, sizeof m, "{\"op\":\"signal\",\"signal\":%u}", si.ssi_signo);
 				b.n = (size_t)n;
-				send_json(s, &b, 0);
+				send_json(s, &b, NULL, 0);
 			}
 		}
 		if (!pfd[0].revents)

@@ -37,7 +37,7 @@ enum {
 	HUTCH_OP_SETUP = 1,    // supervisor -> init: build the sandbox (+ BPF memfd)
 	HUTCH_OP_READY = 2,    // init -> supervisor: built (+ root fd, proxy sockets)
 	HUTCH_OP_FAIL = 3,     // init -> supervisor: setup failed (errno, step, message)
-	HUTCH_OP_SPAWN = 4,    // supervisor -> init: start a command (+ fds 0,1,2[,notify])
+	HUTCH_OP_SPAWN = 4,    // supervisor -> init: start a command (+ fds 0,1,2, payload[, notify])
 	HUTCH_OP_STARTED = 5,  // init -> supervisor: command started (pid)
 	HUTCH_OP_SPAWNERR = 6, // init -> supervisor: command could not start
 	HUTCH_OP_EXIT = 7,     // init -> supervisor: command ended (+ whether the init is alone)
@@ -73,7 +73,7 @@ enum {
 
 // Spawn flags.
 enum {
-	HUTCH_SPAWN_NOTIFY = 1,      // a 4th fd: the socket for the seccomp listener
+	HUTCH_SPAWN_NOTIFY = 1,      // a 5th fd: the socket for the seccomp listener
 	HUTCH_SPAWN_VIA_SPAWNER = 2, // the session's spawner starts it
 };
 
@@ -121,6 +121,13 @@ enum {
 // The most resource limits a setup carries.
 enum { HUTCH_MAX_RLIMITS = 16 };
 
+// A spawn request's payload (the working directory, argv and the
+// environment: str, u32 count + strs, u32 count + strs) travels in a
+// sealed memfd beside the message, so that a command may have as many
+// arguments as execve takes (ARG_MAX, megabytes; a control message is
+// bounded by the socket's buffer). At most this many bytes.
+#define HUTCH_MAX_PAYLOAD (64 << 20)
+
 // Descriptor slots. The init holds its control socket on CONTROL (and,
 // prestarted, its plan hint on PLAN_HINT until it read it). Every stage that
 // runs or passes on sandboxed code (a command's exec stage and reaper, the
@@ -130,8 +137,9 @@ enum { HUTCH_MAX_RLIMITS = 16 };
 // the spawner's and a reaper-ahead's socket to the init), then the Landlock
 // ruleset, the seccomp program (a memfd of struct sock_filter[]), the socket
 // the seccomp listener is sent on, and the command's own Landlock scope
-// layer. A slot not in use is closed. Descriptors from SLOT_END on are not
-// kept across a stage.
+// layer, and a spawn request's payload until the reaper read it. A slot not
+// in use is closed. Descriptors from SLOT_END on are not kept across a
+// stage.
 enum {
 	HUTCH_FD_CONTROL = 3,
 	HUTCH_FD_PLAN_HINT = 4,
@@ -141,7 +149,8 @@ enum {
 	HUTCH_SLOT_SECCOMP = 5,
 	HUTCH_SLOT_NOTIFY = 6,
 	HUTCH_SLOT_SCOPE = 7,
-	HUTCH_SLOT_END = 8,
+	HUTCH_SLOT_PAYLOAD = 8,
+	HUTCH_SLOT_END = 9,
 };
 
 // One resource limit (cur, max: RLIM_INFINITY is ~0).

@@ -354,6 +354,13 @@ static int make_userns(int uid, int gid) {
 	return fd;
 }
 
+static void take_payload(const char **cwd, char ***argv);
+
+// A spawn request as the init passes it to the spawner or a reaper made
+// ahead: the supervisor's message, with stdio, the status pipe and the
+// payload.
+enum { REQUEST_FDS = 5 };
+
 // place puts src[i] into slot i (0-2 stdio, then the slots of
 // hutch_init.h; -1 leaves the slot closed), by way of high duplicates so
 // that no source is overwritten before it is moved.
@@ -379,16 +386,18 @@ static void close_from_fd(int fd) {
 
 // child runs in the forked child of a command started the direct way: it
 // places its descriptors in their slots (src: stdio, the status pipe, the
-// Landlock ruleset, the seccomp program, the notification socket), enters
-// the nested user namespace that maps uid and gid to the init's 0 (the
-// invoking host user), runs every hardening step and starts the command as
-// its reaper.
-__attribute__((noreturn)) static void child(int uid, int gid, const int src[HUTCH_SLOT_SCOPE], int notify, const char *cwd,
-                                            char **argv, char **envp) {
+// Landlock ruleset, the seccomp program, the notification socket, no scope
+// layer: the command's domain is its own, the payload), reads its request,
+// enters the nested user namespace that maps uid and gid to the init's 0
+// (the invoking host user), runs every hardening step and starts the
+// command as its reaper.
+__attribute__((noreturn)) static void child(int uid, int gid, const int src[HUTCH_SLOT_END], int notify) {
 	prctl(PR_SET_NAME, HUTCH_NAME_REAPER, 0, 0, 0);
 	int ns = userns_fd >= 0 ? fcntl(userns_fd, F_DUPFD_CLOEXEC, 16) : -1;
-	place(src, HUTCH_SLOT_SCOPE);
-	close(HUTCH_SLOT_SCOPE); // the command's domain is its own
+	place(src, HUTCH_SLOT_END);
+	const char *cwd;
+	char **argv;
+	take_payload(&cwd, &argv);
 	if (ns >= 0) {
 		// Every capability in the namespace, as after unshare.
 		if (setns(ns, CLONE_NEWUSER) < 0)
@@ -401,7 +410,6 @@ __attribute__((noreturn)) static void child(int uid, int gid, const int src[HUTC
 			hutch_fail(125, errno, what);
 	}
 	close_from_fd(HUTCH_SLOT_END);
-	environ = envp;
 	struct hutch_harden h = {.notify = notify, .rlimits = &in.setup.rlimits};
 	if (hutch_harden(&h, 0, HUTCH_HARDEN_STEPS) < 0)
 		hutch_fail(125, h.err, h.what);
@@ -501,9 +509,9 @@ static void get_ready(void) {
 static pid_t spawn_via_ready(const unsigned char *raw, size_t rawlen, const int *fds, int status_w) {
 	if (ready_fd < 0)
 		return 0;
-	int out[4] = {fds[0], fds[1], fds[2], status_w};
+	int out[REQUEST_FDS] = {fds[0], fds[1], fds[2], status_w, fds[3]};
 	pid_t pid = 0;
-	if (send_raw_on(ready_fd, raw, rawlen, out, 4) == 0) {
+	if (send_raw_on(ready_fd, raw, rawlen, out, REQUEST_FDS) == 0) {
 		pid = ready_pid;
 		ready_pid = -1; // it runs the command now
 	}
@@ -520,8 +528,8 @@ static pid_t spawn_via_ready(const unsigned char *raw, size_t rawlen, const int 
 static pid_t spawn_via_spawner(const unsigned char *raw, size_t rawlen, const int *fds, int status_w) {
 	if (spawner_pid <= 0)
 		return 0;
-	int out[4] = {fds[0], fds[1], fds[2], status_w};
-	if (send_raw_on(spawner_fd, raw, rawlen, out, 4) < 0) {
+	int out[REQUEST_FDS] = {fds[0], fds[1], fds[2], status_w, fds[3]};
+	if (send_raw_on(spawner_fd, raw, rawlen, out, REQUEST_FDS) < 0) {
 		drop_spawner();
 		return 0;
 	}
@@ -537,25 +545,24 @@ static pid_t spawn_via_spawner(const unsigned char *raw, size_t rawlen, const in
 	return (pid_t)v;
 }
 
-// hutch_read_spawn reads a spawn request's fields after the header: flags,
-// working directory, argv and the environment (NULL-terminated arrays of
-// pointers into the message, to free). Returns -1, with nothing to free,
-// when the request is malformed.
-int hutch_read_spawn(struct hutch_rd *r, uint32_t *flags, const char **cwd, char ***argv, char ***envp) {
-	*flags = hutch_rd_u32(r);
-	*cwd = hutch_rd_str(r);
+// hutch_read_payload reads a spawn request's payload: the working
+// directory, argv and the environment (NULL-terminated arrays of pointers
+// into b, to free). Returns -1, with nothing to free, when it is malformed.
+int hutch_read_payload(const unsigned char *b, size_t n, const char **cwd, char ***argv, char ***envp) {
+	struct hutch_rd r = {b, n, 0};
+	*cwd = hutch_rd_str(&r);
 	*argv = *envp = NULL;
-	uint32_t argc = hutch_rd_u32(r);
-	if (r->bad || argc == 0 || argc > 65536)
+	uint32_t argc = hutch_rd_u32(&r);
+	if (r.bad || argc == 0 || argc > n)
 		return -1;
 	char **av = calloc((size_t)argc + 1, sizeof *av);
 	for (uint32_t i = 0; av && i < argc; i++)
-		av[i] = (char *)hutch_rd_str(r);
-	uint32_t envc = hutch_rd_u32(r);
-	char **ev = av && !r->bad && envc <= 65536 ? calloc((size_t)envc + 1, sizeof *ev) : NULL;
+		av[i] = (char *)hutch_rd_str(&r);
+	uint32_t envc = hutch_rd_u32(&r);
+	char **ev = av && !r.bad && envc <= n ? calloc((size_t)envc + 1, sizeof *ev) : NULL;
 	for (uint32_t i = 0; ev && i < envc; i++)
-		ev[i] = (char *)hutch_rd_str(r);
-	if (!ev || r->bad) {
+		ev[i] = (char *)hutch_rd_str(&r);
+	if (!ev || r.bad || r.n != 0) {
 		free(av);
 		free(ev);
 		return -1;
@@ -565,33 +572,64 @@ int hutch_read_spawn(struct hutch_rd *r, uint32_t *flags, const char **cwd, char
 	return 0;
 }
 
-// place_request puts a spawn request's descriptors (stdio, the status
-// pipe) where the command's reaper expects them: 0-2 and the channel. The
-// other slots are left as they are.
-static void place_request(const int *fds) {
-	int tmp[4];
-	for (int i = 0; i < 4; i++)
-		tmp[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 16);
-	for (int i = 0; i < 4; i++) {
-		if (tmp[i] >= 0)
-			dup2(tmp[i], i == 3 ? HUTCH_SLOT_CHANNEL : i);
-		else
-			close(i == 3 ? HUTCH_SLOT_CHANNEL : i);
+// hutch_load_payload reads the whole payload memfd fd into a new buffer,
+// at most HUTCH_MAX_PAYLOAD bytes; NULL (errno set) when it cannot.
+unsigned char *hutch_load_payload(int fd, size_t *n) {
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return NULL;
+	if (!S_ISREG(st.st_mode) || st.st_size <= 0 || st.st_size > HUTCH_MAX_PAYLOAD) {
+		errno = EINVAL;
+		return NULL;
 	}
+	unsigned char *b = malloc((size_t)st.st_size);
+	if (!b)
+		return NULL;
+	size_t got = 0;
+	while (got < (size_t)st.st_size) {
+		ssize_t k = pread(fd, b + got, (size_t)st.st_size - got, (off_t)got);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			free(b);
+			errno = k < 0 ? errno : EIO;
+			return NULL;
+		}
+		got += (size_t)k;
+	}
+	*n = got;
+	return b;
 }
 
-// parse_request reads a spawn request (the supervisor's message as the init
-// passed it on) for a reaper; a malformed one is reported on the status
-// pipe (placed) and ends the process.
-static void parse_request(unsigned char *buf, size_t n, const char **cwd, char ***argv) {
-	struct hutch_rd r = {buf, n, 0};
-	uint64_t id;
-	hutch_rd_header(&r, &id);
-	uint32_t flags;
+// take_payload reads the spawn request's payload from its slot (placed) and
+// closes it; a payload that cannot be read or parsed is reported on the
+// status pipe and ends the process.
+static void take_payload(const char **cwd, char ***argv) {
+	size_t n;
+	unsigned char *b = hutch_load_payload(HUTCH_SLOT_PAYLOAD, &n);
+	if (!b)
+		hutch_fail(125, errno, "read the spawn request's payload");
+	close(HUTCH_SLOT_PAYLOAD);
 	char **envp;
-	if (hutch_read_spawn(&r, &flags, cwd, argv, &envp) < 0)
+	if (hutch_read_payload(b, n, cwd, argv, &envp) < 0)
 		hutch_fail(125, EINVAL, "malformed spawn request");
 	environ = envp;
+}
+
+// place_request puts a spawn request's descriptors (stdio, the status
+// pipe, the payload) where the command's reaper expects them: 0-2, the
+// channel and the payload slot. The other slots are left as they are.
+static void place_request(const int *fds) {
+	static const int slot[REQUEST_FDS] = {0, 1, 2, HUTCH_SLOT_CHANNEL, HUTCH_SLOT_PAYLOAD};
+	int tmp[REQUEST_FDS];
+	for (int i = 0; i < REQUEST_FDS; i++)
+		tmp[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 16);
+	for (int i = 0; i < REQUEST_FDS; i++) {
+		if (tmp[i] >= 0)
+			dup2(tmp[i], slot[i]);
+		else
+			close(slot[i]);
+	}
 }
 
 // pretouch writes to the stack and heap a reaper will use, and runs the
@@ -634,15 +672,15 @@ __attribute__((noreturn)) static void ready_main(unsigned char *buf) {
 	do {
 		n = recv_msg_on(HUTCH_SLOT_CHANNEL, buf, HUTCH_MAX_MSG, fds, &nfds);
 	} while (n < 0 && errno == EINTR);
-	if (n < HUTCH_HEADER_SIZE || nfds != 4)
+	if (n < HUTCH_HEADER_SIZE || nfds != REQUEST_FDS)
 		_exit(0);
 	place_request(fds); // replaces the socket on the channel with the status pipe
-	close_from_fd(HUTCH_SLOT_CHANNEL + 1);
 	if (failed)
 		hutch_fail(125, h.err, h.what);
 	const char *cwd;
 	char **argv;
-	parse_request(buf, (size_t)n, &cwd, &argv);
+	take_payload(&cwd, &argv);
+	close_from_fd(HUTCH_SLOT_CHANNEL + 1);
 	hutch_start_command(cwd, argv, 1);
 }
 
@@ -686,7 +724,7 @@ __attribute__((noreturn)) static void spawner_main(unsigned char *buf) {
 				continue;
 			}
 		}
-		if (n < HUTCH_HEADER_SIZE || nfds != 4) {
+		if (n < HUTCH_HEADER_SIZE || nfds != REQUEST_FDS) {
 			close_fds(fds, nfds);
 			int64_t v = -EINVAL;
 			send(HUTCH_FD_CONTROL, &v, sizeof v, MSG_NOSIGNAL);
@@ -700,7 +738,7 @@ __attribute__((noreturn)) static void spawner_main(unsigned char *buf) {
 			place_request(fds);
 			const char *cwd;
 			char **argv;
-			parse_request(buf, (size_t)n, &cwd, &argv);
+			take_payload(&cwd, &argv);
 			struct hutch_harden h = {.rlimits = &in.setup.rlimits};
 			if (hutch_harden(&h, HUTCH_HARDEN_SHARED, HUTCH_HARDEN_STEPS) < 0)
 				hutch_fail(125, h.err, h.what);
@@ -814,13 +852,12 @@ static void do_start_spawner(uint64_t id, struct hutch_rd *r, int *fds, int nfds
 	send_msg(&in.out, NULL, 0);
 }
 
+// do_spawn starts a command: fds are its stdio, the payload memfd and, for
+// one started the direct way with notification, the listener's socket.
 static void do_spawn(uint64_t id, struct hutch_rd *r, const unsigned char *raw, size_t rawlen, int *fds, int nfds) {
-	uint32_t flags;
-	const char *cwd;
-	char **argv = NULL, **envp = NULL;
-	int bad = hutch_read_spawn(r, &flags, &cwd, &argv, &envp) < 0;
+	uint32_t flags = hutch_rd_u32(r);
 	int notify = (flags & HUTCH_SPAWN_NOTIFY) != 0 && !(flags & HUTCH_SPAWN_VIA_SPAWNER);
-	if (bad || nfds < 3 + notify) {
+	if (r->bad || nfds < 4 + notify) {
 		spawn_error(id, 125, "malformed spawn request");
 		goto out;
 	}
@@ -863,12 +900,12 @@ static void do_spawn(uint64_t id, struct hutch_rd *r, const unsigned char *raw, 
 	}
 	if (spawned++ == 1 && userns_fd < 0)
 		userns_fd = make_userns((int)in.setup.uid, (int)in.setup.gid);
-	int src[HUTCH_SLOT_SCOPE] = {fds[0], fds[1], fds[2], pr[1], in.ll_fd, in.bpf_fd, notify ? fds[3] : -1};
+	int src[HUTCH_SLOT_END] = {fds[0], fds[1], fds[2], pr[1], in.ll_fd, in.bpf_fd, notify ? fds[4] : -1, -1, fds[3]};
 	if (in.bpf_fd < 0)
 		notify = 0;
 	pid_t pid = fork();
 	if (pid == 0)
-		child((int)in.setup.uid, (int)in.setup.gid, src, notify, cwd, argv, envp);
+		child((int)in.setup.uid, (int)in.setup.gid, src, notify);
 	close(pr[1]);
 	if (pid < 0) {
 		char eb[128], msg[256];
@@ -879,8 +916,6 @@ static void do_spawn(uint64_t id, struct hutch_rd *r, const unsigned char *raw, 
 	}
 	add_proc(id, pid, pr[0], 1);
 out:
-	free(argv);
-	free(envp);
 	close_fds(fds, nfds);
 }
 

@@ -70,6 +70,9 @@ const (
 	stepfNoSymlinks = uint32(C.HUTCH_STEPF_NOSYM)
 )
 
+// maxPayload bounds a spawn request's payload.
+const maxPayload = int(C.HUTCH_MAX_PAYLOAD)
+
 // maxRlimits is the most resource limits a setup carries.
 const maxRlimits = int(C.HUTCH_MAX_RLIMITS)
 
@@ -216,10 +219,7 @@ func (m *message) encode() ([]byte, error) {
 		if sp.ViaSpawner {
 			fl |= spawnViaSpawner
 		}
-		e.u32(fl)
-		e.str("working directory", sp.Cwd)
-		e.strs("command argument", sp.Argv)
-		e.strs("environment variable", sp.Env)
+		e.u32(fl) // the rest travels in the payload (encodePayload)
 	case opSignal:
 		e.i64(int64(m.Signal))
 	case opLandlock, opPids:
@@ -274,6 +274,30 @@ func encodeSetup(e *enc, s *Setup) {
 		e.i64(int64(r.Max))
 	}
 	encodePlan(e, sb.Mounts) // last: the init compares it with its plan hint
+}
+
+// encodePayload encodes a spawn request's payload: the working directory,
+// argv and the environment, which travel in a sealed memfd beside the
+// message (HUTCH_MAX_PAYLOAD).
+func encodePayload(sp *Spawn) ([]byte, error) {
+	n := len(sp.Cwd) + 16
+	for _, s := range sp.Argv {
+		n += len(s) + 5
+	}
+	for _, s := range sp.Env {
+		n += len(s) + 5
+	}
+	e := &enc{b: make([]byte, 0, n)}
+	e.str("working directory", sp.Cwd)
+	e.strs("command argument", sp.Argv)
+	e.strs("environment variable", sp.Env)
+	if e.err != nil {
+		return nil, e.err
+	}
+	if len(e.b) > maxPayload {
+		return nil, fmt.Errorf("the command's arguments and environment are %d bytes, more than hutch passes (%d)", len(e.b), maxPayload)
+	}
+	return e.b, nil
 }
 
 // EncodePlanHint encodes p as the setup message carries it: the form of

@@ -70,7 +70,7 @@ func TestEncodeRefusesNUL(t *testing.T) {
 		{Argv: []string{"true"}, Env: []string{"X=\x00"}},
 		{Argv: []string{"true"}, Cwd: "/work\x00space"},
 	} {
-		if _, err := (&message{Op: opSpawn, Spawn: sp}).encode(); err == nil || !strings.Contains(err.Error(), "NUL") {
+		if _, err := encodePayload(sp); err == nil || !strings.Contains(err.Error(), "NUL") {
 			t.Errorf("spawn %q: err %v, want a NUL error", sp.Argv, err)
 		}
 	}

@@ -464,19 +464,35 @@ func (s *Sandbox) landlock(ll plan.Landlock, root int) error {
 }
 
 func bpfMemfd(prog []byte) (*os.File, error) {
-	fd, err := memfd.NoExec("hutch-seccomp", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	return sealedMemfd("hutch-seccomp", prog)
+}
+
+// sealedPayload is a spawn request's payload in a sealed memfd.
+func sealedPayload(sp *Spawn) (*os.File, error) {
+	b, err := encodePayload(sp)
+	if err != nil {
+		return nil, err
+	}
+	return sealedMemfd("hutch-spawn", b)
+}
+
+// sealedMemfd is data in a memfd that nothing can change any more (no
+// write, grow, shrink or further seals): what the init and the reapers read
+// from it is what the supervisor wrote.
+func sealedMemfd(name string, data []byte) (*os.File, error) {
+	fd, err := memfd.NoExec(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)
 	}
-	f := os.NewFile(uintptr(fd), "hutch-seccomp")
-	if _, err := f.Write(prog); err != nil {
+	f := os.NewFile(uintptr(fd), name)
+	if _, err := f.Write(data); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("write seccomp program: %w", err)
+		return nil, fmt.Errorf("write %s: %w", name, err)
 	}
 	// Sealed: nothing can change the program once the init holds it.
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_WRITE|unix.F_SEAL_GROW|unix.F_SEAL_SHRINK|unix.F_SEAL_SEAL); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("seal seccomp program: %w", err)
+		return nil, fmt.Errorf("seal %s: %w", name, err)
 	}
 	return f, nil
 }
@@ -639,8 +655,13 @@ func (s *Sandbox) Exec(req *ExecRequest) (*Process, error) {
 // (then with a seccomp listener socket of its own when the filter notifies).
 func (s *Sandbox) send(p *Process, via bool) error {
 	req := p.req
-	fds := []int{int(req.Stdin.Fd()), int(req.Stdout.Fd()), int(req.Stderr.Fd())}
 	sp := &Spawn{Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, ViaSpawner: via}
+	payload, err := sealedPayload(sp)
+	if err != nil {
+		return err
+	}
+	defer payload.Close()
+	fds := []int{int(req.Stdin.Fd()), int(req.Stdout.Fd()), int(req.Stderr.Fd()), int(payload.Fd())}
 	if !via && s.cfg.Listener != nil {
 		child, err := s.cfg.Listener(p)
 		if err != nil {

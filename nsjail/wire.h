@@ -115,7 +115,8 @@ void hutch_wr_report(struct hutch_wr *w, uint32_t op, uint64_t id, int64_t statu
                      const char *what, uint32_t alone);
 void hutch_wr_started(struct hutch_wr *w, uint64_t id, int64_t pid);
 void hutch_wr_ready(struct hutch_wr *w, int nmarks, const char *const *names, const long *usecs, uint32_t hint_state);
-int hutch_read_spawn(struct hutch_rd *r, uint32_t *flags, const char **cwd, char ***argv, char ***envp);
+int hutch_read_payload(const unsigned char *b, size_t n, const char **cwd, char ***argv, char ***envp);
+unsigned char *hutch_load_payload(int fd, size_t *n);
 int hutch_parse_setup(struct hutch_rd *r, struct hutch_setup *s, const unsigned char **plan_at, const char **what);
 
 // hutch_strerror is strerror with a lower-case first letter, as Go spells

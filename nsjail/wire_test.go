@@ -26,7 +26,7 @@ func TestSetupGoToC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := cDescribe(b, true)
+	got, err := cDescribe(b, nil)
 	if err != nil {
 		t.Fatalf("init.c cannot parse the Go setup: %v", err)
 	}
@@ -55,10 +55,10 @@ step=14,4,0,0,protect,,/workspace/.git/hooks,/run/stage/workspace/.git/hooks,,
 	// Without a proxy the ports are zero; too many rlimits are refused on
 	// the Go side, a truncated message on the C side.
 	b, _ = (&message{Op: opSetup, Setup: &Setup{Sandbox: testSandbox(plan, "h", 1, 1, false)}}).encode()
-	if got, err := cDescribe(b, true); err != nil || !strings.Contains(got, "ports=0,0,0\n") || !strings.Contains(got, "flags=0\n") {
+	if got, err := cDescribe(b, nil); err != nil || !strings.Contains(got, "ports=0,0,0\n") || !strings.Contains(got, "flags=0\n") {
 		t.Errorf("no proxy: %q, %v", got, err)
 	}
-	if _, err := cDescribe(b[:len(b)-3], true); err == nil || !strings.Contains(err.Error(), "malformed") {
+	if _, err := cDescribe(b[:len(b)-3], nil); err == nil || !strings.Contains(err.Error(), "malformed") {
 		t.Errorf("a truncated setup parsed: %v", err)
 	}
 	many := make([]cgroup.Rlimit, maxRlimits+1)
@@ -70,18 +70,36 @@ step=14,4,0,0,protect,,/workspace/.git/hooks,/run/stage/workspace/.git/hooks,,
 // A spawn request as the Go encoder makes it, read by init.c's parser (the
 // init's and every reaper's).
 func TestSpawnGoToC(t *testing.T) {
-	b, err := (&message{Op: opSpawn, ID: 12, Spawn: &Spawn{Argv: []string{"sh", "-c", "echo ü"}, Env: []string{"A=1", "B="},
-		Cwd: "/workspace/sub", Notify: true}}).encode()
+	sp := &Spawn{Argv: []string{"sh", "-c", "echo ü"}, Env: []string{"A=1", "B="}, Cwd: "/workspace/sub", Notify: true}
+	b, err := (&message{Op: opSpawn, ID: 12, Spawn: sp}).encode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := cDescribe(b, false)
+	payload, err := encodePayload(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cDescribe(b, payload)
 	want := fmt.Sprintf("id=12\nflags=%d\ncwd=/workspace/sub\narg=sh\narg=-c\narg=echo ü\nenv=A=1\nenv=B=\n", spawnNotify)
 	if err != nil || got != want {
 		t.Errorf("init.c read %q, %v; want %q", got, err, want)
 	}
-	if _, err := cDescribe(b[:len(b)-1], false); err == nil {
-		t.Error("a truncated spawn request parsed")
+	if _, err := cDescribe(b, payload[:len(payload)-1]); err == nil {
+		t.Error("a truncated payload parsed")
+	}
+	if _, err := cDescribe(b, append(payload, 0)); err == nil {
+		t.Error("a payload with trailing bytes parsed")
+	}
+	// A command line far beyond what one control message holds.
+	big := &Spawn{Argv: []string{"echo", strings.Repeat("x", 128<<10), strings.Repeat("y", 128<<10)}, Env: []string{"Z=" + strings.Repeat("z", 100<<10)}}
+	for range 8 {
+		big.Argv = append(big.Argv, strings.Repeat("w", 100<<10))
+	}
+	if payload, err = encodePayload(big); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := cDescribe(b, payload); err != nil || strings.Count(got, "arg=") != len(big.Argv) {
+		t.Errorf("a %d-byte payload: %d args read, %v", len(payload), strings.Count(got, "arg="), err)
 	}
 }
 

@@ -59,17 +59,17 @@ int hutch_wirecheck_setup(const unsigned char *b, size_t n, char *outp, size_t l
 	return 0;
 }
 
-// hutch_wirecheck_spawn parses a spawn request as the init and a reaper do
-// and describes it in out.
-int hutch_wirecheck_spawn(const unsigned char *b, size_t n, char *outp, size_t len) {
+// hutch_wirecheck_spawn parses a spawn request (the message, then its
+// payload) as the init and a reaper do and describes it in out.
+int hutch_wirecheck_spawn(const unsigned char *b, size_t n, const unsigned char *payload, size_t plen, char *outp, size_t len) {
 	struct out o = {outp, len, 0};
 	outp[0] = 0;
 	struct hutch_rd r = {b, n, 0};
 	uint64_t id;
-	uint32_t op = hutch_rd_header(&r, &id), flags;
+	uint32_t op = hutch_rd_header(&r, &id), flags = hutch_rd_u32(&r);
 	const char *cwd;
 	char **argv, **envp;
-	if (op != HUTCH_OP_SPAWN || hutch_read_spawn(&r, &flags, &cwd, &argv, &envp) < 0) {
+	if (op != HUTCH_OP_SPAWN || r.bad || r.n != 0 || hutch_read_payload(payload, plen, &cwd, &argv, &envp) < 0) {
 		put(&o, "error=malformed spawn request");
 		return -1;
 	}

@@ -4,7 +4,7 @@ package nsjail
 #include <stdlib.h>
 #include "hutch_init.h"
 int hutch_wirecheck_setup(const unsigned char *b, size_t n, char *out, size_t len);
-int hutch_wirecheck_spawn(const unsigned char *b, size_t n, char *out, size_t len);
+int hutch_wirecheck_spawn(const unsigned char *b, size_t n, const unsigned char *payload, size_t plen, char *out, size_t len);
 size_t hutch_wirecheck_sample(uint32_t op, unsigned char *buf, size_t len);
 */
 import "C"
@@ -17,16 +17,19 @@ import (
 // The Go side of the wire check (wirecheck.c, wire_test.go): init.c's own
 // parsers and encoders, reached from Go.
 
-// cDescribe runs the C parser f on b and returns its description.
-func cDescribe(b []byte, setup bool) (string, error) {
+// cDescribe runs init.c's parser of a setup (payload nil) or of a spawn
+// request and its payload on b, and returns its description.
+func cDescribe(b, payload []byte) (string, error) {
 	out := make([]byte, 1<<20)
 	in := C.CBytes(b)
 	defer C.free(in)
 	var rc C.int
-	if setup {
+	if payload == nil {
 		rc = C.hutch_wirecheck_setup((*C.uchar)(in), C.size_t(len(b)), (*C.char)(unsafe.Pointer(&out[0])), C.size_t(len(out)))
 	} else {
-		rc = C.hutch_wirecheck_spawn((*C.uchar)(in), C.size_t(len(b)), (*C.char)(unsafe.Pointer(&out[0])), C.size_t(len(out)))
+		pl := C.CBytes(payload)
+		defer C.free(pl)
+		rc = C.hutch_wirecheck_spawn((*C.uchar)(in), C.size_t(len(b)), (*C.uchar)(pl), C.size_t(len(payload)), (*C.char)(unsafe.Pointer(&out[0])), C.size_t(len(out)))
 	}
 	s := C.GoString((*C.char)(unsafe.Pointer(&out[0])))
 	if rc != 0 {

@@ -73,7 +73,7 @@ func (cl *Client) Stop() error {
 // signals from sigs, and returns the exit reply.
 func (cl *Client) Exec(req *Request, stdin, stdout, stderr *os.File, sigs <-chan os.Signal) (*Reply, error) {
 	req.Op = "exec"
-	if err := send(cl.c, req, int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd())); err != nil {
+	if err := sendExec(cl.c, req, int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd())); err != nil {
 		return nil, fmt.Errorf("send to session: %w", err)
 	}
 	replies := make(chan Reply, 2)

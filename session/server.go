@@ -151,11 +151,17 @@ func (s *Server) handle(ctx context.Context, c *net.UnixConn) {
 		}
 		switch req.Op {
 		case "exec":
-			if len(fds) != 3 {
+			if len(fds) != 4 {
 				closeFDs(fds)
-				send(c, &Reply{Op: "error", Error: "exec needs the caller's stdin, stdout and stderr"})
+				send(c, &Reply{Op: "error", Error: "exec needs the caller's stdin, stdout and stderr and the request"})
 				continue
 			}
+			if err := readBody(fds[3], &req); err != nil {
+				closeFDs(fds[:3])
+				send(c, &Reply{Op: "error", Error: err.Error()})
+				continue
+			}
+			fds = fds[:3]
 			// An exec is the last request on its connection: the relay of
 			// signal requests owns the connection until it ends.
 			s.exec(ctx, c, &req, fds)

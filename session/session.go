@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutchsandbox/hutch/hostdirs"
+	"github.com/hutchsandbox/hutch/internal/memfd"
 )
 
 // Dir returns the directory that holds session sockets, creating it:
@@ -58,7 +60,11 @@ func ValidName(name string) error {
 // SocketPath is the control socket of session name in dir.
 func SocketPath(dir, name string) string { return filepath.Join(dir, name+".sock") }
 
-// Request is a client's message.
+// Request is a client's message. An exec request travels as
+// {"op":"exec"} with four descriptors: the caller's stdin, stdout and
+// stderr, and a sealed memfd that holds the whole request as JSON (its
+// argv and environment may be as large as execve takes, megabytes, far
+// beyond what one packet of the socket holds).
 type Request struct {
 	Op       string   `json:"op"` // exec, signal, info, stop
 	Argv     []string `json:"argv,omitempty"`
@@ -97,6 +103,66 @@ type Info struct {
 }
 
 const maxMsg = 1 << 20
+
+// maxBody bounds an exec request's body (its memfd).
+const maxBody = 64 << 20
+
+// sendExec sends an exec request with the caller's stdio.
+func sendExec(c *net.UnixConn, req *Request, stdin, stdout, stderr int) error {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if len(b) > maxBody {
+		return fmt.Errorf("the request is %d bytes, more than a session takes (%d)", len(b), maxBody)
+	}
+	body, err := sealedBody(b)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	return send(c, &Request{Op: "exec"}, stdin, stdout, stderr, int(body.Fd()))
+}
+
+// sealedBody is b in a memfd nothing can change any more.
+func sealedBody(b []byte) (*os.File, error) {
+	fd, err := memfd.NoExec("hutch-exec", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "hutch-exec")
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write the request: %w", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_WRITE|unix.F_SEAL_GROW|unix.F_SEAL_SHRINK|unix.F_SEAL_SEAL); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("seal the request: %w", err)
+	}
+	return f, nil
+}
+
+// readBody decodes an exec request from its body's descriptor (a regular
+// file of at most maxBody bytes), which it closes.
+func readBody(fd int, req *Request) error {
+	f := os.NewFile(uintptr(fd), "exec request")
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("exec request: %w", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > maxBody {
+		return fmt.Errorf("exec request: want a regular file of at most %d bytes", maxBody)
+	}
+	b := make([]byte, fi.Size())
+	if _, err := f.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("exec request: %w", err)
+	}
+	if err := json.Unmarshal(b, req); err != nil {
+		return fmt.Errorf("decode the exec request: %w", err)
+	}
+	return nil
+}
 
 func send(c *net.UnixConn, v any, fds ...int) error {
 	b, err := json.Marshal(v)

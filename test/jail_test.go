@@ -543,6 +543,30 @@ func TestSystemTreesRefusedAsWorkspace(t *testing.T) {
 	}
 }
 
+// A command gets as many arguments as execve takes (a control message holds
+// ~208 KiB: they travel in a memfd), through run and both exec clients.
+func TestLargeArgv(t *testing.T) {
+	ws := userDir(t)
+	arg := strings.Repeat("a", 100<<10)
+	args := []string{"--", "/bin/sh", "-c", `echo "$# ${#1}"`, "x"}
+	for range 12 {
+		args = append(args, arg)
+	}
+	r := hutch(t, opts{dir: ws}, append([]string{"run"}, args...)...)
+	mustCode(t, r, 0)
+	if r.stdout != "12 102400\n" {
+		t.Errorf("run with 1.2 MB of arguments: %q %s", r.stdout, r.stderr)
+	}
+	name := startSession(t, ws)
+	for _, env := range [][]string{nil, {"HUTCH_NO_FAST_EXEC=1"}} {
+		r = hutch(t, opts{dir: ws, env: env}, append([]string{"exec", name}, args...)...)
+		mustCode(t, r, 0)
+		if r.stdout != "12 102400\n" {
+			t.Errorf("exec (%v) with 1.2 MB of arguments: %q %s", env, r.stdout, r.stderr)
+		}
+	}
+}
+
 // Signals hutch receives reach the command; its own status comes back.
 func TestSignalForwarding(t *testing.T) {
 	ws := userDir(t)
