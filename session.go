@@ -2,6 +2,8 @@ package hutch
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -214,7 +216,7 @@ func (s *Session) start(ctx context.Context, t0 time.Time) error {
 	}
 	s.mark("supervisor.adopt", tm)
 	if s.filter.NotifyUnavailable != "" {
-		s.rec.Record(seclog.Event{Kind: seclog.KindSandbox, Rule: "seccomp", Subject: "notification unavailable",
+		s.hostFact(seclog.Event{Kind: seclog.KindSandbox, Rule: "seccomp", Subject: "notification unavailable",
 			Message: "seccomp user notification unavailable (" + s.filter.NotifyUnavailable + "): denials are enforced but not logged", Level: slog.LevelInfo})
 	}
 	if s.filter.Notify {
@@ -307,17 +309,12 @@ func (s *Session) recorderFor(tid uint32) *seclog.Recorder {
 	return s.rec
 }
 
-// warn records w and queues it for the first command's result, the first
-// time this user sees it on this host (keyed by its subject), so that every
-// command of an agent does not repeat it; it always goes to the security
-// log.
+// warn shows w with the first command's result, and records it in the
+// security log, the first time this user sees it on this host: every
+// command of an agent does not repeat it, and the log does not grow by a
+// fact that did not change. A changed message (another reason) is new.
 func (s *Session) warn(w plan.Warning) {
-	s.rec.Record(seclog.Event{Kind: seclog.KindSandbox, Rule: "enforcement", Subject: w.Subject, Message: w.Message, Level: slog.LevelInfo})
-	key := fmt.Sprintf("%x", []byte(w.Subject))
-	if len(key) > 64 {
-		key = key[:64]
-	}
-	if !s.st.Once(store.Warned, key, []byte(w.Message+"\n")) {
+	if !s.hostFact(seclog.Event{Kind: seclog.KindSandbox, Rule: "enforcement", Subject: w.Subject, Message: w.Message, Level: slog.LevelInfo}) {
 		return
 	}
 	s.warnMu.Lock()
@@ -325,15 +322,25 @@ func (s *Session) warn(w plan.Warning) {
 	s.warnMu.Unlock()
 }
 
-// recordLandlockGaps logs what this kernel's Landlock could not enforce,
-// and warns of what its ABI lacks.
+// hostFact records ev, a fact of this host rather than of a command (what
+// it cannot enforce), once per user and host; it reports whether it was new.
+func (s *Session) hostFact(ev seclog.Event) bool {
+	h := sha256.Sum256([]byte(ev.Rule + "\x00" + ev.Subject + "\x00" + ev.Message))
+	if !s.st.Once(store.Warned, "fact-"+hex.EncodeToString(h[:16]), []byte(ev.Message+"\n")) {
+		return false
+	}
+	s.rec.Record(ev)
+	return true
+}
+
+// recordLandlockGaps logs what this kernel's Landlock could not enforce.
 func (s *Session) recordLandlockGaps() {
 	r := s.sb.Ready
 	if r == nil {
 		return
 	}
 	for _, gap := range r.LandlockNotEnforced {
-		s.rec.Record(seclog.Event{Kind: seclog.KindSandbox, Rule: "landlock", Subject: "not enforced",
+		s.hostFact(seclog.Event{Kind: seclog.KindSandbox, Rule: "landlock", Subject: "not enforced",
 			Message: "landlock: not enforced on this host: " + gap, Level: slog.LevelInfo,
 			Detail: map[string]any{"abi": r.LandlockABI}})
 	}

@@ -86,6 +86,28 @@ except MemoryError:
 	}
 }
 
+// A fact of the host (a limit it cannot enforce, what its Landlock lacks)
+// is logged once per user and host, not by every run: the security log
+// grows with what commands do.
+func TestHostFactsLoggedOnce(t *testing.T) {
+	ws := userDir(t)
+	cache := userDir(t)
+	logf := filepath.Join(userDir(t), "security.log")
+	env := []string{"XDG_CACHE_HOME=" + cache}
+	lines := func() int {
+		b, _ := os.ReadFile(logf)
+		return strings.Count(string(b), "\n")
+	}
+	mustCode(t, hutch(t, opts{dir: ws, env: env}, "run", "--security-log", logf, "--", "true"), 0)
+	first := lines()
+	for range 3 {
+		mustCode(t, hutch(t, opts{dir: ws, env: env}, "run", "--security-log", logf, "--", "true"), 0)
+	}
+	if first == 0 || lines() != first {
+		t.Errorf("the security log had %d lines after the first run and %d after three more of /bin/true; want some, then no more", first, lines())
+	}
+}
+
 // backendOf guesses the limits backend from a run's output.
 func backendOf(r result) string {
 	if strings.Contains(r.stderr, "capped only per process") {
