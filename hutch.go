@@ -52,6 +52,10 @@ type SessionOptions struct {
 	// Prestarted is an init started early (package nsjail/prestart, used by
 	// the hutch command); NewSession adopts it or discards it.
 	Prestarted *nsjail.Prestarted
+
+	// one is the command of a one-off sandbox (Run): the plan is made for
+	// it alone (its limits are its own, not a session's shared ones).
+	one *plan.Request
 }
 
 // ExecOptions describes one command run in a session.
@@ -148,7 +152,7 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 	sess, err := NewSession(ctx, &SessionOptions{
 		Policy: o.Policy, HostEnv: o.HostEnv, Executable: o.Executable,
 		SecurityLog: o.SecurityLog, Diagnostics: o.Stderr, Timing: o.Timing, Logger: o.Logger,
-		Prestarted: o.Prestarted,
+		Prestarted: o.Prestarted, one: &plan.Request{Argv: o.Argv, Cwd: o.Cwd, ExtraEnv: o.ExtraEnv},
 	})
 	if err != nil {
 		return nil, err

@@ -103,7 +103,7 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 	if err != nil {
 		return nil, err
 	}
-	sb, err := plan.Build(p, host, nil)
+	sb, err := plan.Build(p, host, o.one)
 	if err != nil {
 		return nil, err
 	}
@@ -512,6 +512,14 @@ wait:
 	case cancelled:
 		res.ExitCode = ExitSetup
 		res.Messages = append(res.Messages, "hutch: cancelled; the command and all its processes were killed")
+	case forkRefused(info):
+		res.ExitCode = info.ExecCode
+		msg := fmt.Sprintf("process limit %d reached: the command could not start (resources.pids; raise it with --pids)", s.plan.Resources.Limits.Pids)
+		if s.plan.Resources.Shared {
+			msg = fmt.Sprintf("process limit %d reached: the command could not start; the session's commands share it (resources.pids; raise it with --pids)", s.plan.Resources.Limits.Pids)
+		}
+		rec.Record(seclog.Event{Kind: seclog.KindLimit, Rule: "resources.pids", Subject: fmt.Sprint("pids ", s.plan.Resources.Limits.Pids), Message: msg, Level: slog.LevelWarn})
+		res.Messages = append(res.Messages, "hutch: "+msg)
 	case info.ExecCode != 0:
 		res.ExitCode = info.ExecCode
 		res.Messages = append(res.Messages, execMessage(o.Argv[0], info, env))
@@ -566,4 +574,11 @@ func execMessage(cmd string, info nsjail.ExitInfo, env []string) string {
 	default:
 		return fmt.Sprintf("hutch: could not start %s in the sandbox: %s", cmd, info.ExecError)
 	}
+}
+
+// forkRefused reports whether a command could not start because its fork
+// was refused (EAGAIN): the process limit is reached.
+func forkRefused(info nsjail.ExitInfo) bool {
+	return info.ExecCode == ExitSetup && strings.HasPrefix(info.ExecError, "fork the command:") &&
+		strings.Contains(info.ExecError, syscall.EAGAIN.Error())
 }

@@ -115,6 +115,9 @@ func (l *Sandbox) Report(before, after cgroup.Events, status unix.WaitStatus, re
 		kind, subject := "memory", cgroup.FormatBytes(user.MemoryBytes)
 		if strings.Contains(m, "process limit") {
 			kind, subject = "pids", fmt.Sprint(user.Pids)
+			if l.res.Shared {
+				m += " (the session's commands share the limit)"
+			}
 		}
 		rec.Record(seclog.Event{Kind: seclog.KindLimit, Rule: "resources." + kind, Subject: kind + " " + subject,
 			Message: strings.TrimPrefix(m, "hutch: "), Level: slog.LevelWarn,

@@ -69,7 +69,7 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 	}
 	sb.Landlock = buildLandlock(p, h, sb)
 	sb.Seccomp = buildSeccomp(p, h)
-	if sb.Resources, err = buildResources(p, h, strict); err != nil {
+	if sb.Resources, err = buildResources(p, h, strict, req == nil); err != nil {
 		return nil, err
 	}
 	if sb.Resources.Cgroup == nil {
@@ -206,7 +206,7 @@ func buildSeccomp(p *policy.Policy, h *Host) Seccomp {
 // where the host gives one, else rlimits in the sandbox. With strict
 // enforcement, limits that no backend can enforce are an error that names
 // them and the fix.
-func buildResources(p *policy.Policy, h *Host, strict bool) (Resources, error) {
+func buildResources(p *policy.Policy, h *Host, strict, session bool) (Resources, error) {
 	r := Resources{
 		Backend:       h.Cgroup.Backend,
 		BackendReason: h.Cgroup.Reason,
@@ -222,8 +222,17 @@ func buildResources(p *policy.Policy, h *Host, strict bool) (Resources, error) {
 			{Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0},
 		},
 		FileSize: p.Resources.FileSize,
+		Shared:   session,
+	}
+	pidsMargin, nprocMargin := PidsMarginRun, NprocMarginRun
+	if session {
+		pidsMargin, nprocMargin = PidsMarginSession, NprocMarginSession
 	}
 	for _, rl := range cgroup.Rlimits(r.Limits, 0, 0) {
+		if rl.Resource == unix.RLIMIT_NPROC {
+			rl.Cur += uint64(nprocMargin)
+			rl.Max = rl.Cur
+		}
 		r.Fallback = append(r.Fallback, rl)
 	}
 	if r.Backend == "" {
@@ -233,11 +242,15 @@ func buildResources(p *policy.Policy, h *Host, strict bool) (Resources, error) {
 		if strict {
 			return r, fmt.Errorf("enforcement = \"strict\": resources.memory, resources.pids and resources.cpus cannot be enforced here (only per-process rlimits are available): %w: %s", cgroup.ErrUnavailable, r.BackendReason)
 		}
+		if r.Limits.Pids > 0 {
+			r.PidsMargin = nprocMargin
+		}
 		return r, nil
 	}
 	withMargin := r.Limits
 	if withMargin.Pids > 0 {
-		withMargin.Pids += PidsMargin
+		withMargin.Pids += int64(pidsMargin)
+		r.PidsMargin = pidsMargin
 	}
 	r.Cgroup = &withMargin
 	return r, nil

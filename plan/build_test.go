@@ -177,15 +177,38 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
-			name: "delegated cgroup",
+			name: "delegated cgroup, a session",
 			host: func(h *Host) { h.Cgroup = CgroupFacts{Backend: cgroup.BackendV2Delegated, Reason: "delegated"} },
 			check: func(t *testing.T, sb *Sandbox) {
 				cg := sb.Resources.Cgroup
-				if cg == nil || cg.Pids != 512+PidsMargin || cg.MemoryBytes != 2<<30 || cg.CPUs != 2 {
+				if cg == nil || cg.Pids != 512+PidsMarginSession || cg.MemoryBytes != 2<<30 || cg.CPUs != 2 || !sb.Resources.Shared {
 					t.Errorf("cgroup limits %+v", cg)
 				}
 				if len(sb.Warnings) != 0 {
 					t.Errorf("warnings with a cgroup: %+v", sb.Warnings)
+				}
+			},
+		},
+		{
+			name:   "one command, exact pids",
+			policy: func(p *policy.Policy) { p.Resources.Pids = 1 },
+			host:   func(h *Host) { h.Cgroup = CgroupFacts{Backend: cgroup.BackendV1Root, Reason: "root"} },
+			req:    &Request{Argv: []string{"true"}},
+			check: func(t *testing.T, sb *Sandbox) {
+				if cg := sb.Resources.Cgroup; cg == nil || cg.Pids != 1+PidsMarginRun || sb.Resources.Shared || sb.Resources.PidsMargin != PidsMarginRun {
+					t.Errorf("resources %+v", sb.Resources)
+				}
+			},
+		},
+		{
+			name:   "rlimit nproc margin",
+			policy: func(p *policy.Policy) { p.Resources.Pids = 1 },
+			req:    &Request{Argv: []string{"true"}},
+			check: func(t *testing.T, sb *Sandbox) {
+				for _, rl := range sb.Resources.Fallback {
+					if rl.Resource == unix.RLIMIT_NPROC && (rl.Cur != 1+NprocMarginRun || rl.Max != rl.Cur) {
+						t.Errorf("RLIMIT_NPROC %+v", rl)
+					}
 				}
 			},
 		},

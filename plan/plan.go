@@ -28,12 +28,21 @@ const (
 	DNSPort        = 53
 )
 
-// PidsMargin is added to the policy's pids limit for hutch's own processes
-// inside the sandbox's cgroup: the init (one single-threaded C task), one
-// reaper per running command and, once per session, a short-lived helper
-// that makes the commands' user namespace and the spawner. 16 leaves room
-// for a dozen concurrent session commands; see docs/RESOURCES.md.
-const PidsMargin = 16
+// hutch's own processes count against a pids limit: the init and each
+// running command's reaper; in a session also its spawner, the reaper made
+// ahead of the next command and, for a moment, the helper that makes the
+// commands' user namespace. The margins below are added for them, so that
+// the limit a user sets is what the command gets: exactly in a one-off
+// sandbox (hutch run), and shared by a session's commands, each running one
+// taking one more (its reaper) beyond the first. On the rlimit backend the
+// count is RLIMIT_NPROC's, per user namespace: a command's own reaper, and a
+// session's spawner and reaper made ahead (not the init, which is outside).
+const (
+	PidsMarginRun      = 2
+	PidsMarginSession  = 5
+	NprocMarginRun     = 1
+	NprocMarginSession = 3
+)
 
 // Sandbox is everything one sandbox gets. Its zero value is not useful; Build
 // makes one. It is read-only once built: sessions share it between commands.
@@ -138,6 +147,11 @@ type Resources struct {
 	// Cgroup are the limits the sandbox's cgroup gets (Limits with
 	// PidsMargin for hutch's own processes); nil on the rlimit backend.
 	Cgroup *cgroup.Limits `json:"cgroup,omitempty"`
+	// PidsMargin is what the cgroup's pids limit (or RLIMIT_NPROC in
+	// Fallback) adds to the policy's for hutch's own processes.
+	PidsMargin int `json:"pids_margin,omitempty"`
+	// Shared: a session's commands share the limits (one-off: one command).
+	Shared bool `json:"shared"`
 	// Rlimits are set on every command, on every backend: open files, file
 	// size, no core dumps.
 	Rlimits []cgroup.Rlimit `json:"rlimits"`

@@ -108,6 +108,38 @@ func TestHostFactsLoggedOnce(t *testing.T) {
 	}
 }
 
+// forkCounter forks children that wait until it cannot fork any more and
+// says how many it made and the errno of the refusal.
+const forkCounter = `import os, time
+kids = []
+try:
+    while len(kids) < 100:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(5)
+            os._exit(0)
+        kids.append(pid)
+    print("forked", len(kids), "never refused")
+except OSError as e:
+    print("forked", len(kids), "then errno", e.errno)
+for k in kids:
+    os.kill(k, 9)
+`
+
+// On the rlimit backend too, the process limit is the command's own: the
+// reaper has its margin; and a command that cannot even start says so.
+func TestPidsLimitExact(t *testing.T) {
+	ws := userDir(t)
+	r := hutch(t, opts{dir: ws}, "run", "--pids", "5", "--", "python3", "-c", forkCounter)
+	if !strings.Contains(r.stdout, "forked 4 then errno 11\n") {
+		t.Errorf("--pids 5: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = hutch(t, opts{dir: ws}, "run", "--pids", "1", "--", "python3", "-c", forkCounter)
+	if !strings.Contains(r.stdout, "forked 0 then errno 11\n") {
+		t.Errorf("--pids 1: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
 // backendOf guesses the limits backend from a run's output.
 func backendOf(r result) string {
 	if strings.Contains(r.stderr, "capped only per process") {
@@ -172,6 +204,12 @@ func TestCgroupV1AsRoot(t *testing.T) {
 	r = root("run", "--security-log", logPath, "--pids", "64", "--", "/bin/sh", "-c", "for i in $(seq 200); do sleep 2 & done 2>/dev/null; wait")
 	if !strings.Contains(r.stderr, "hutch: process limit 64 reached:") {
 		t.Errorf("fork bomb: exit %d\n%s", r.code, r.stderr)
+	}
+	// The limit the user sets is the command's, exactly: hutch's own
+	// processes have their margin.
+	r = root("run", "--pids", "5", "--", "python3", "-c", forkCounter)
+	if !strings.Contains(r.stdout, "forked 4 then errno 11\n") || !strings.Contains(r.stderr, "hutch: process limit 5 reached: 1 fork refused") {
+		t.Errorf("--pids 5 as root: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = root("run", "--security-log", logPath, "--cpus", "0.5", "--", "python3", "-c", "import time\nt=time.time()\nwhile time.time()-t<1.5: pass")
 	if r.code != 0 {

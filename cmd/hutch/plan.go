@@ -122,9 +122,13 @@ func printPlan(w io.Writer, sb *plan.Sandbox) {
 	res := sb.Resources
 	sec("resources", "backend %s: %s", res.Backend, res.BackendReason)
 	l := res.Limits
-	item("memory %s, pids %d, cpus %g", cgroup.FormatBytes(l.MemoryBytes), l.Pids, l.CPUs)
+	who := "the command"
+	if res.Shared {
+		who = "the session's commands together"
+	}
+	item("memory %s, pids %d, cpus %g: %s", cgroup.FormatBytes(l.MemoryBytes), l.Pids, l.CPUs, who)
 	if res.Cgroup != nil {
-		item("cgroup: memory %s, pids %d (%d for hutch's own processes), cpus %g", cgroup.FormatBytes(res.Cgroup.MemoryBytes), res.Cgroup.Pids, plan.PidsMargin, res.Cgroup.CPUs)
+		item("cgroup: memory %s, pids %d (%d of them for hutch's own processes), cpus %g", cgroup.FormatBytes(res.Cgroup.MemoryBytes), res.Cgroup.Pids, res.PidsMargin, res.Cgroup.CPUs)
 	}
 	var rls []string
 	for _, rl := range res.Rlimits {
