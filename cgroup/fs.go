@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,8 +33,8 @@ func readFields(p string) []string {
 	return strings.Fields(s)
 }
 
-// readKV reads a flat-keyed file of "key value" lines (memory.events,
-// pids.events, cpu.stat, memory.oom_control).
+// readKV reads a flat-keyed file of "key value" lines (pids.events and
+// cgroup.events, which containerd's statistics do not cover).
 func readKV(p string) (map[string]uint64, error) {
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -130,6 +131,31 @@ func startTime(pid int) uint64 {
 func parentPid(pid int) int {
 	v, _ := strconv.Atoi(statField(pid, 4))
 	return v
+}
+
+// deleter is containerd's removal of a cgroup (cgroup2.Manager.Delete,
+// cgroup1.Cgroup.Delete): it checks that no task is left and removes the
+// directories, retrying for 150 ms.
+type deleter interface{ Delete() error }
+
+// removeCgroup kills what is in the cgroup's directories dirs (kill), has
+// lib delete them, and removes what is still there (tasks still exiting)
+// with removeTrees, which kills between tries for 3 s. lib nil (the
+// library's cgroup was never made) goes straight to removeTrees.
+func removeCgroup(ctx context.Context, dirs []string, kill func(context.Context) error, lib deleter) error {
+	if err := kill(ctx); err == nil && lib != nil && slices.ContainsFunc(dirs, exists) {
+		_ = lib.Delete() // what counts is whether the directories are gone, below
+	}
+	var left []string
+	for _, d := range dirs {
+		if exists(d) {
+			left = append(left, d)
+		}
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	return removeTrees(ctx, left, kill)
 }
 
 // removeTrees kills what is in the cgroups (kill), then removes each
