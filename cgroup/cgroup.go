@@ -30,19 +30,23 @@
 //
 // The cgroups themselves are containerd's (github.com/containerd/cgroups/v3):
 // its cgroup2.Manager and cgroup1.Cgroup set the limits, move processes
-// in, read the statistics, kill (cgroup.kill) and delete; its cgroups.Mode
-// and /proc/PID/cgroup parser tell the layout. hutch keeps what the library
+// in, read the statistics and kill (cgroup.kill); its cgroups.Mode and
+// /proc/PID/cgroup parser tell the layout. hutch keeps what the library
 // has no notion of: choosing where to create (Probe), creating the
 // directory with one mkdir (never taking over an existing cgroup), the
 // delegated-leaf move, ownership checks, the pidfd kill loop where there
-// is no cgroup.kill, the removal retries, stale reaping, pids.events and
-// the messages. It does not use the library where it does not fit:
+// is no cgroup.kill, stale reaping, pids.events and the messages. It does
+// not use the library where it does not fit:
 //   - cgroup2.NewManager and NewChild create with MkdirAll and enable the
 //     controllers in every ancestor up to the mount; hutch enables them
 //     only in its own cgroup (a manager rooted at that cgroup does it).
 //   - cgroup2.Manager.Kill without cgroup.kill (Linux < 5.14) freezes,
 //     signals by pid and waits for each process, reaping the caller's
 //     children and logging through logrus; hutch's loop does it there.
+//   - Delete (both versions) walks every control file of the cgroup to
+//     check that no task is left before it removes it, which the kill just
+//     made sure of: 0.4 ms more than hutch's rmdir on every run
+//     (removeTrees).
 //   - cgroup2.NewSystemd asks the system manager (the system bus) for a
 //     unit in system.slice, never sets Delegate (its canDelegate is never
 //     true) and takes no context; the scope backend needs the user manager,

@@ -226,14 +226,13 @@ func (c *v1cgroup) Remove() error {
 	if c.removed {
 		return nil
 	}
-	var lib deleter
 	if c.cg != nil {
-		lib = c.cg
 		if e, err := c.read(); err == nil {
 			c.final = e
 		}
 	}
-	if err := removeCgroup(context.Background(), c.dirs, c.kill, lib); err != nil {
+	// Removed by hutch's rmdir, not cgroup1's Delete: see removeTrees.
+	if err := removeTrees(context.Background(), c.dirs, c.kill); err != nil {
 		return err
 	}
 	c.removed = true

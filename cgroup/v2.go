@@ -303,11 +303,8 @@ func (c *v2cgroup) Remove() error {
 			c.final = e
 		}
 	}
-	var lib deleter
-	if c.mgr != nil {
-		lib = c.mgr
-	}
-	if err := removeCgroup(context.Background(), []string{c.dir}, c.kill, lib); err != nil {
+	// Removed by hutch's rmdir, not the manager's Delete: see removeTrees.
+	if err := removeTrees(context.Background(), []string{c.dir}, c.kill); err != nil {
 		return err
 	}
 	if c.fd >= 0 {
