@@ -2,6 +2,7 @@ package cgroup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/containerd/cgroups/v3/cgroup1"
+	v1stats "github.com/containerd/cgroups/v3/cgroup1/stats"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -23,6 +25,10 @@ type v1cgroup struct {
 	hiers   []v1hier
 	dirs    []string       // one per hierarchy, memory first
 	cg      cgroup1.Cgroup // nil until the limits are set
+	// stats are containerd's memory and cpu controllers of cg, and path
+	// where they find the sandbox cgroup: what read asks for statistics.
+	stats []v1stater
+	path  cgroup1.Path
 
 	mu      sync.Mutex
 	removed bool
@@ -64,9 +70,20 @@ func newV1(ctx context.Context, h Host, leaf string, l Limits) (Cgroup, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cgroup: set limits %+v in %s: %w", l, strings.Join(c.dirs, ", "), err)
 	}
-	c.cg = cg
+	c.cg, c.path = cg, path
+	for _, sub := range subsystems {
+		if st, ok := sub.(v1stater); ok && sub.Name() != cgroup1.Pids {
+			c.stats = append(c.stats, st)
+		}
+	}
 	ok = true
 	return c, nil
+}
+
+// v1stater is a containerd cgroup v1 controller that reads statistics.
+type v1stater interface {
+	cgroup1.Subsystem
+	Stat(path string, stats *v1stats.Metrics) error
 }
 
 // v1subsystems returns containerd's controllers of the hierarchies, and
@@ -164,20 +181,29 @@ func (c *v1cgroup) Events() (Events, error) {
 	return c.read()
 }
 
-// read reads the statistics through containerd (memory.oom_control's
-// oom_kill, Linux 4.13 and later; cpu.stat), and memory.max_usage_in_bytes
-// and pids.events itself (containerd's memory statistics are told to skip
-// the counters: see v1subsystems; it has no pids.events).
+// read reads the statistics through containerd's memory and cpu
+// controllers (memory.oom_control's oom_kill, Linux 4.13 and later;
+// cpu.stat), one after the other: cgroup1.Cgroup.Stat would start a
+// goroutine per hierarchy and read pids.current and pids.max, which hutch
+// does not use. memory.max_usage_in_bytes (containerd's memory statistics
+// skip the counters: see v1subsystems) and pids.events (containerd has no
+// reader of it) are read here.
 func (c *v1cgroup) read() (Events, error) {
 	var e Events
-	st, err := c.cg.Stat(cgroup1.IgnoreNotExist)
-	if err != nil {
-		return e, fmt.Errorf("cgroup: read statistics of %s: %w", strings.Join(c.dirs, ", "), err)
+	st := &v1stats.Metrics{CPU: &v1stats.CPUStat{Throttling: &v1stats.Throttle{}, Usage: &v1stats.CPUUsage{}}}
+	for _, s := range c.stats {
+		p, err := c.path(s.Name())
+		if err == nil {
+			err = s.Stat(p, st)
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return e, fmt.Errorf("cgroup: read %s statistics of %s: %w", s.Name(), strings.Join(c.dirs, ", "), err)
+		}
 	}
 	if st.MemoryOomControl != nil {
 		e.OOMKills = st.MemoryOomControl.OomKill
 	}
-	if st.CPU != nil && st.CPU.Throttling != nil {
+	if st.CPU.Throttling != nil {
 		e.CPUThrottled = st.CPU.Throttling.ThrottledPeriods
 		e.CPUThrottledUsec = st.CPU.Throttling.ThrottledTime / 1000 // ns
 	}
