@@ -121,12 +121,20 @@ func threadsLine() string {
 	return "Threads: ?"
 }
 
+// vmScenario is the VM tier's scenario (test/vm/run.sh sets it for the
+// payload), "" elsewhere. There the backend is known, so a test that would
+// skip for want of a cgroup, or of none, fails instead.
+func vmScenario() string { return os.Getenv("HUTCH_VM_SCENARIO") }
+
 // newTestCgroup creates a cgroup or skips the test when none can be used;
 // it is killed and removed when the test ends, and its removal is checked.
 func newTestCgroup(t *testing.T, name string, l Limits) Cgroup {
 	t.Helper()
 	cg, err := New(context.Background(), name, l, Options{})
 	if errors.Is(err, ErrUnavailable) {
+		if vmScenario() == "delegated" {
+			t.Fatalf("the VM tier's delegated scenario has a delegated cgroup v2 subtree, but New: %v", err)
+		}
 		t.Skipf("no cgroup can be used here (TestUnavailableUnprivileged checks this case): %v", err)
 	}
 	if errors.Is(err, ErrControllerMissing) {
@@ -488,6 +496,9 @@ func TestUnavailableUnprivileged(t *testing.T) {
 	h := Probe()
 	t.Logf("Probe as uid %d:\n%s", os.Getuid(), h)
 	if h.Backend != BackendRlimit {
+		if vmScenario() == "nodelegation" {
+			t.Fatalf("the VM tier's nodelegation scenario delegates nothing, but Probe chose %s", h.Backend)
+		}
 		t.Skipf("uid %d can use %s here", os.Getuid(), h.Backend)
 	}
 	_, err := New(context.Background(), "", Limits{MemoryBytes: 64 << 20, Pids: 20}, Options{})

@@ -32,8 +32,8 @@ func readFields(p string) []string {
 	return strings.Fields(s)
 }
 
-// readKV reads a flat-keyed file of "key value" lines (memory.events,
-// pids.events, cpu.stat, memory.oom_control).
+// readKV reads a flat-keyed file of "key value" lines (pids.events and
+// cgroup.events, which containerd's statistics do not cover).
 func readKV(p string) (map[string]uint64, error) {
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -135,6 +135,13 @@ func parentPid(pid int) int {
 // removeTrees kills what is in the cgroups (kill), then removes each
 // directory with its subdirectories, deepest first, retrying while the
 // kernel still counts dying processes in them.
+//
+// containerd's Delete (cgroup2.Manager, cgroup1.Cgroup) is not used: before
+// its removal it walks the whole directory, an lstat of every control file
+// (about 40 per v1 hierarchy, 70 on v2), to check that no task is left,
+// which kill has just made sure of. On the development machines' cgroup v1
+// that is 0.52 ms against 0.09 ms for these rmdirs, on every run
+// (docs/PERFORMANCE.md).
 func removeTrees(ctx context.Context, dirs []string, kill func(context.Context) error) error {
 	var errs []error
 	if err := kill(ctx); err != nil {

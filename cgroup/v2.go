@@ -12,15 +12,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd/cgroups/v3/cgroup2"
 	"golang.org/x/sys/unix"
 )
 
 // v2cgroup is a sandbox cgroup on the cgroup v2 hierarchy: one leaf
-// directory, base/hutch-PID-START-NAME.
+// directory, base/hutch-PID-START-NAME, and containerd's manager of it.
 type v2cgroup struct {
 	backend string
 	dir     string
 	leaf    string
+	mgr     *cgroup2.Manager
 
 	mu      sync.Mutex
 	fd      int // O_PATH of dir; -1 once closed
@@ -40,6 +42,11 @@ func newV2(ctx context.Context, h Host, leaf string, l Limits) (Cgroup, error) {
 			return nil, err
 		}
 	}
+	// Created here with one Mkdir, not by cgroup2.NewManager: that makes
+	// the directory with MkdirAll (an existing cgroup would be taken over,
+	// and Remove would remove what hutch did not make) and enables the
+	// controllers in every ancestor up to the mount, where hutch enables
+	// them only in its own cgroup (moveSelf).
 	dir := filepath.Join(plan.base, leaf)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cgroup: create %s: %w", dir, err)
@@ -51,27 +58,14 @@ func newV2(ctx context.Context, h Host, leaf string, l Limits) (Cgroup, error) {
 			c.Remove()
 		}
 	}()
-	if l.MemoryBytes > 0 {
-		if err := writeLimit(dir, "memory.max", strconv.FormatInt(l.MemoryBytes, 10)); err != nil {
-			return nil, err
-		}
+	mgr, err := v2manager(plan.mount, dir)
+	if err != nil {
+		return nil, err
 	}
-	if l.Pids > 0 {
-		if err := writeLimit(dir, "pids.max", strconv.FormatInt(l.Pids, 10)); err != nil {
-			return nil, err
-		}
-	}
-	if l.CPUs > 0 {
-		if err := writeLimit(dir, "cpu.max", fmt.Sprintf("%d %d", cpuQuota(l.CPUs), cpuPeriod)); err != nil {
-			return nil, err
-		}
-	}
-	// No swap. The file is missing when the kernel does not account swap
-	// (CONFIG_MEMCG_SWAP off, or swapaccount=0): then there is nothing to cap.
-	if slices.Contains(plan.ctrls, "memory") {
-		if err := writeString(filepath.Join(dir, "memory.swap.max"), "0"); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("cgroup: set memory.swap.max in %s: %w", dir, err)
-		}
+	c.mgr = mgr
+	res := v2resources(l, slices.Contains(plan.ctrls, "memory") && exists(filepath.Join(dir, "memory.swap.max")))
+	if err := mgr.Update(res); err != nil {
+		return nil, fmt.Errorf("cgroup: set limits %+v in %s: %w", l, dir, err)
 	}
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -80,6 +74,42 @@ func newV2(ctx context.Context, h Host, leaf string, l Limits) (Cgroup, error) {
 	c.fd = fd
 	ok = true
 	return c, nil
+}
+
+// v2manager returns containerd's manager of dir, a cgroup below mount.
+func v2manager(mount, dir string) (*cgroup2.Manager, error) {
+	m, err := cgroup2.Load(rel(mount, dir), cgroup2.WithMountpoint(mount))
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: load %s: %w", dir, err)
+	}
+	return m, nil
+}
+
+// v2resources are the limits l as containerd's cgroup v2 resources: memory.max,
+// pids.max, cpu.max, and memory.swap.max 0 when noSwap (the file is missing
+// when the kernel does not account swap: CONFIG_MEMCG_SWAP off, or
+// swapaccount=0; then there is nothing to cap).
+func v2resources(l Limits, noSwap bool) *cgroup2.Resources {
+	res := &cgroup2.Resources{}
+	if l.MemoryBytes > 0 || noSwap {
+		res.Memory = &cgroup2.Memory{}
+	}
+	if l.MemoryBytes > 0 {
+		m := l.MemoryBytes
+		res.Memory.Max = &m
+	}
+	if noSwap {
+		zero := int64(0)
+		res.Memory.Swap = &zero
+	}
+	if l.Pids > 0 {
+		res.Pids = &cgroup2.Pids{Max: l.Pids}
+	}
+	if l.CPUs > 0 {
+		q, p := cpuQuota(l.CPUs), uint64(cpuPeriod)
+		res.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(&q, &p)}
+	}
+	return res
 }
 
 // moveSelf moves this process (all its threads) and its children into the
@@ -93,6 +123,17 @@ func moveSelf(plan *v2plan) error {
 	if err := os.Mkdir(sup, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("cgroup: create %s: %w", sup, err)
 	}
+	// containerd's managers of base and of the leaf, with base as their
+	// mountpoint: ToggleControllers writes cgroup.subtree_control in every
+	// directory from the mountpoint down to the manager's parent, so the
+	// leaf's manager writes base's alone (hutch enables controllers only
+	// in its own cgroup, never in an ancestor).
+	baseMgr, err1 := v2manager(plan.base, plan.base)
+	supMgr, err2 := v2manager(plan.base, sup)
+	if err := errors.Join(err1, err2); err != nil {
+		unix.Rmdir(sup)
+		return err
+	}
 	pids, err := readPids(filepath.Join(plan.base, "cgroup.procs"))
 	if err != nil {
 		return fmt.Errorf("cgroup: %w", err)
@@ -104,7 +145,7 @@ func moveSelf(plan *v2plan) error {
 	moved := []int{}
 	undo := func() {
 		for _, p := range moved {
-			writeString(filepath.Join(plan.base, "cgroup.procs"), strconv.Itoa(p))
+			baseMgr.AddProc(uint64(p))
 		}
 		unix.Rmdir(sup)
 	}
@@ -119,7 +160,7 @@ func moveSelf(plan *v2plan) error {
 		return a - b
 	})
 	for _, p := range pids {
-		if err := writeString(filepath.Join(sup, "cgroup.procs"), strconv.Itoa(p)); err != nil {
+		if err := supMgr.AddProc(uint64(p)); err != nil {
 			if errors.Is(err, unix.ESRCH) {
 				continue
 			}
@@ -128,20 +169,20 @@ func moveSelf(plan *v2plan) error {
 		}
 		moved = append(moved, p)
 	}
-	ctl := filepath.Join(plan.base, "cgroup.subtree_control")
+	// One controller at a time: only the required ones must be enabled.
 	var enabled []string
 	for _, c := range plan.ctrls {
-		err := writeString(ctl, "+"+c)
+		err := supMgr.ToggleControllers([]string{c}, cgroup2.Enable)
 		if err == nil {
 			enabled = append(enabled, c)
 			continue
 		}
 		if slices.Contains(required, c) {
-			for _, e := range enabled {
-				writeString(ctl, "-"+e)
+			if len(enabled) > 0 {
+				supMgr.ToggleControllers(enabled, cgroup2.Disable)
 			}
 			undo()
-			return fmt.Errorf("cgroup: enable %s in %s: %w", c, ctl, err)
+			return fmt.Errorf("cgroup: enable %s in %s: %w", c, filepath.Join(plan.base, "cgroup.subtree_control"), err)
 		}
 	}
 	plan.ctrls = enabled
@@ -163,7 +204,7 @@ func (c *v2cgroup) AddProc(pid int) error {
 	if pid <= 0 {
 		return fmt.Errorf("cgroup: invalid pid %d", pid)
 	}
-	if err := writeString(c.file("cgroup.procs"), strconv.Itoa(pid)); err != nil {
+	if err := c.mgr.AddProc(uint64(pid)); err != nil {
 		return fmt.Errorf("cgroup: add pid %d to %s: %w", pid, c.dir, err)
 	}
 	return nil
@@ -178,20 +219,25 @@ func (c *v2cgroup) Events() (Events, error) {
 	return c.read()
 }
 
+// read reads memory.events and cpu.stat through containerd's manager, and
+// memory.peak (Linux 5.19 and later) and pids.events itself: the
+// manager's memory statistics (StatMemory) would read memory.stat and
+// seven more files for memory.peak alone, and it has no pids.events.
 func (c *v2cgroup) read() (Events, error) {
 	var e Events
-	ev, err := readKV(c.file("memory.events"))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	st, err := c.mgr.StatFiltered(cgroup2.StatMemoryEvents | cgroup2.StatCPU)
+	if err != nil {
 		return e, fmt.Errorf("cgroup: read statistics of %s: %w", c.dir, err)
 	}
-	e.OOMKills = ev["oom_kill"]
-	if st, err := readKV(c.file("cpu.stat")); err == nil {
-		e.CPUThrottled = st["nr_throttled"]
-		e.CPUThrottledUsec = st["throttled_usec"]
+	if st.MemoryEvents != nil {
+		e.OOMKills = st.MemoryEvents.OomKill
 	}
-	// memory.peak: Linux 5.19 and later.
-	if v, err := readUint(c.file("memory.peak")); err == nil {
-		e.MemoryPeak = v
+	if st.CPU != nil {
+		e.CPUThrottled = st.CPU.NrThrottled
+		e.CPUThrottledUsec = st.CPU.ThrottledUsec
+	}
+	if v, err := readString(c.file("memory.peak")); err == nil {
+		e.MemoryPeak, _ = strconv.ParseUint(v, 10, 64)
 	}
 	if kv, err := readKV(c.file("pids.events")); err == nil {
 		e.PidsMaxHits = kv["max"]
@@ -200,9 +246,15 @@ func (c *v2cgroup) read() (Events, error) {
 }
 
 func (c *v2cgroup) Kill() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.removed {
+		return nil
+	}
 	return c.kill(context.Background())
 }
 
+// kill kills everything in the cgroup; c.mu is held.
 func (c *v2cgroup) kill(ctx context.Context) error {
 	procs := func() []string {
 		files := []string{c.file("cgroup.procs")}
@@ -211,12 +263,19 @@ func (c *v2cgroup) kill(ctx context.Context) error {
 		}
 		return files
 	}
-	// cgroup.kill (5.14+) kills the whole subtree at once, forks in flight
-	// included; the loop below then only waits for it to be empty.
-	if err := writeString(c.file("cgroup.kill"), "1"); err == nil {
-		waitEmpty(ctx, c.file("cgroup.events"), time.Second)
-	} else if errors.Is(err, os.ErrNotExist) && !exists(c.dir) {
+	if !exists(c.dir) {
 		return nil
+	}
+	// The manager's Kill writes cgroup.kill (5.14+), which kills the whole
+	// subtree at once, forks in flight included; the loop below then only
+	// waits for it to be empty. Without cgroup.kill its Kill would freeze
+	// the cgroup, signal each process by pid and wait for it, reaping the
+	// caller's children (the caller reaps its own init) and logging through
+	// logrus, so hutch's pidfd loop does the killing there.
+	if c.mgr != nil && exists(c.file("cgroup.kill")) {
+		if err := c.mgr.Kill(); err == nil {
+			waitEmpty(ctx, c.file("cgroup.events"), time.Second)
+		}
 	}
 	return killProcs(ctx, procs, c.leaf, killTimeout)
 }
@@ -239,11 +298,12 @@ func (c *v2cgroup) Remove() error {
 	if c.removed {
 		return nil
 	}
-	if exists(c.dir) {
+	if c.mgr != nil && exists(c.dir) {
 		if e, err := c.read(); err == nil {
 			c.final = e
 		}
 	}
+	// Removed by hutch's rmdir, not the manager's Delete: see removeTrees.
 	if err := removeTrees(context.Background(), []string{c.dir}, c.kill); err != nil {
 		return err
 	}

@@ -8,14 +8,22 @@
 // starts run inside the Landlock domain. docs/LANDLOCK.md describes the
 // rules and what each kernel ABI can enforce.
 //
-// The package uses the raw system calls from golang.org/x/sys/unix; it
-// knows Landlock ABIs 1 to 7 and uses only ABI 7 features on newer kernels.
+// The raw system calls, the access-right and scope constants and the
+// ruleset and rule structs are go-landlock's landlock/syscall package, and
+// the rights each ABI handles are go-landlock's ABI configurations
+// (landlock.V1 to V7). hutch builds its own rules beneath the sandbox's root
+// (BuildBeneath), and keeps its own table of what each ABI means for a
+// sandbox, its reports and its messages. It knows Landlock ABIs 1 to 7 and
+// uses only ABI 7 features on newer kernels.
 package landlock
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,17 +55,21 @@ func ABI() int {
 
 // kernelABI returns the ABI and, when it is 0, why.
 func kernelABI() (int, string) {
-	v, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
-	if e != 0 {
-		return 0, unavailableReason(e)
+	v, err := ll.LandlockGetABIVersion()
+	if err != nil {
+		return 0, unavailableReason(err)
 	}
-	if int(v) < 1 {
-		return 0, fmt.Sprintf("kernel reported Landlock ABI %d", int(v))
+	if v < 1 {
+		return 0, fmt.Sprintf("kernel reported Landlock ABI %d", v)
 	}
-	return int(v), ""
+	return v, ""
 }
 
-func unavailableReason(e unix.Errno) string {
+func unavailableReason(err error) string {
+	var e syscall.Errno
+	if !errors.As(err, &e) {
+		return fmt.Sprintf("landlock_create_ruleset(VERSION) failed: %v", err)
+	}
 	switch e {
 	case unix.ENOSYS:
 		return "the kernel has no Landlock (older than Linux 5.13, or built without CONFIG_SECURITY_LANDLOCK)"
@@ -126,8 +138,7 @@ func Probe() Status {
 func probeABI(abi int, reason string) Status {
 	s := Status{ABI: abi, Reason: reason}
 	if abi > 0 {
-		v, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_ERRATA)
-		if e == 0 {
+		if v, err := ll.LandlockGetErrata(); err == nil {
 			s.Errata, s.ErrataKnown = uint64(v), true
 		}
 	}

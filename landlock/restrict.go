@@ -2,8 +2,8 @@ package landlock
 
 import (
 	"fmt"
-	"unsafe"
 
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,8 +22,8 @@ func RestrictSelf(fd int) error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("landlock: prctl(PR_SET_NO_NEW_PRIVS): %w", err)
 	}
-	if _, _, e := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(fd), 0, 0); e != 0 {
-		return fmt.Errorf("landlock: landlock_restrict_self: %w", e)
+	if err := ll.LandlockRestrictSelf(fd, 0); err != nil {
+		return fmt.Errorf("landlock: landlock_restrict_self: %w", err)
 	}
 	return nil
 }
@@ -39,10 +39,9 @@ func ScopeRuleset() (int, error) {
 	if abi < 6 {
 		return -1, fmt.Errorf("landlock: signal and abstract unix socket scoping need ABI 6 (Linux 6.12), this kernel has ABI %d", abi)
 	}
-	attr := unix.LandlockRulesetAttr{Scoped: unix.LANDLOCK_SCOPE_SIGNAL | unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET}
-	v, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
-	if e != 0 {
-		return -1, fmt.Errorf("landlock: create scope ruleset: %w", e)
+	fd, err := ll.LandlockCreateRuleset(&ll.RulesetAttr{Scoped: ll.ScopeSignal | ll.ScopeAbstractUnixSocket}, 0)
+	if err != nil {
+		return -1, fmt.Errorf("landlock: create scope ruleset: %w", err)
 	}
-	return int(v), nil
+	return fd, nil
 }

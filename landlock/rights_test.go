@@ -11,24 +11,23 @@ import (
 func TestRightsPerABI(t *testing.T) {
 	type want struct {
 		fs, net, scoped                               uint64
-		size                                          uintptr
 		readExec, readOnly, readWrite, readWriteFiles uint64
 	}
 	cases := map[int]want{
 		0: {},
-		1: {fs: 0x1fff, size: 8, readExec: 0xd, readOnly: 0xc, readWrite: 0x1fff, readWriteFiles: 0xe},
-		2: {fs: 0x3fff, size: 8, readExec: 0xd, readOnly: 0xc, readWrite: 0x3fff, readWriteFiles: 0xe},
-		3: {fs: 0x7fff, size: 8, readExec: 0xd, readOnly: 0xc, readWrite: 0x7fff, readWriteFiles: 0x400e},
-		4: {fs: 0x7fff, net: 0x3, size: 16, readExec: 0xd, readOnly: 0xc, readWrite: 0x7fff, readWriteFiles: 0x400e},
-		5: {fs: 0xffff, net: 0x3, size: 16, readExec: 0xd, readOnly: 0xc, readWrite: 0xffff, readWriteFiles: 0xc00e},
-		6: {fs: 0xffff, net: 0x3, scoped: 0x3, size: 24, readExec: 0xd, readOnly: 0xc, readWrite: 0xffff, readWriteFiles: 0xc00e},
-		7: {fs: 0xffff, net: 0x3, scoped: 0x3, size: 24, readExec: 0xd, readOnly: 0xc, readWrite: 0xffff, readWriteFiles: 0xc00e},
+		1: {fs: 0x1fff, readExec: 0xd, readOnly: 0xc, readWrite: 0x1fff, readWriteFiles: 0xe},
+		2: {fs: 0x3fff, readExec: 0xd, readOnly: 0xc, readWrite: 0x3fff, readWriteFiles: 0xe},
+		3: {fs: 0x7fff, readExec: 0xd, readOnly: 0xc, readWrite: 0x7fff, readWriteFiles: 0x400e},
+		4: {fs: 0x7fff, net: 0x3, readExec: 0xd, readOnly: 0xc, readWrite: 0x7fff, readWriteFiles: 0x400e},
+		5: {fs: 0xffff, net: 0x3, readExec: 0xd, readOnly: 0xc, readWrite: 0xffff, readWriteFiles: 0xc00e},
+		6: {fs: 0xffff, net: 0x3, scoped: 0x3, readExec: 0xd, readOnly: 0xc, readWrite: 0xffff, readWriteFiles: 0xc00e},
+		7: {fs: 0xffff, net: 0x3, scoped: 0x3, readExec: 0xd, readOnly: 0xc, readWrite: 0xffff, readWriteFiles: 0xc00e},
 		// Newer kernels are used as ABI 7.
-		9: {fs: 0xffff, net: 0x3, scoped: 0x3, size: 24, readExec: 0xd, readOnly: 0xc, readWrite: 0xffff, readWriteFiles: 0xc00e},
+		9: {fs: 0xffff, net: 0x3, scoped: 0x3, readExec: 0xd, readOnly: 0xc, readWrite: 0xffff, readWriteFiles: 0xc00e},
 	}
 	for abi, w := range cases {
 		r := rightsFor(abi)
-		got := want{r.fs, r.net, r.scoped, r.attrSize, r.readExec, r.readOnly, r.readWrite, r.readWriteFiles}
+		got := want{r.fs, r.net, r.scoped, r.readExec, r.readOnly, r.readWrite, r.readWriteFiles}
 		if got != w {
 			t.Errorf("ABI %d:\n got %+v\nwant %+v", abi, got, w)
 		}

@@ -6,8 +6,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"unsafe"
 
+	golandlock "github.com/landlock-lsm/go-landlock/landlock"
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 )
 
@@ -95,76 +96,60 @@ func (e *StrictError) Error() string {
 		e.ABI, strings.Join(parts, ", nor "))
 }
 
-// Rights the kernel defines, by the ABI that introduced them.
+// Rights hutch grants by name, beyond those of ABI 1.
 const (
-	fsABI1 = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_WRITE_FILE |
-		unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR |
-		unix.LANDLOCK_ACCESS_FS_REMOVE_DIR | unix.LANDLOCK_ACCESS_FS_REMOVE_FILE |
-		unix.LANDLOCK_ACCESS_FS_MAKE_CHAR | unix.LANDLOCK_ACCESS_FS_MAKE_DIR |
-		unix.LANDLOCK_ACCESS_FS_MAKE_REG | unix.LANDLOCK_ACCESS_FS_MAKE_SOCK |
-		unix.LANDLOCK_ACCESS_FS_MAKE_FIFO | unix.LANDLOCK_ACCESS_FS_MAKE_BLOCK |
-		unix.LANDLOCK_ACCESS_FS_MAKE_SYM
-	fsRefer    = unix.LANDLOCK_ACCESS_FS_REFER     // ABI 2
-	fsTruncate = unix.LANDLOCK_ACCESS_FS_TRUNCATE  // ABI 3
-	fsIoctlDev = unix.LANDLOCK_ACCESS_FS_IOCTL_DEV // ABI 5
+	fsTruncate = ll.AccessFSTruncate // ABI 3
+	fsIoctlDev = ll.AccessFSIoctlDev // ABI 5
 
 	// fileRights are the only rights a rule on a non-directory may carry.
-	fileRights = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_WRITE_FILE |
-		unix.LANDLOCK_ACCESS_FS_READ_FILE | fsTruncate | fsIoctlDev
-
-	netTCP = unix.LANDLOCK_ACCESS_NET_BIND_TCP | unix.LANDLOCK_ACCESS_NET_CONNECT_TCP // ABI 4
-
-	scopeAll = unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | unix.LANDLOCK_SCOPE_SIGNAL // ABI 6
-
-	ruleNetPort = 2 // LANDLOCK_RULE_NET_PORT
+	fileRights = ll.AccessFSExecute | ll.AccessFSWriteFile | ll.AccessFSReadFile | fsTruncate | fsIoctlDev
 )
 
 // rights is the rights computation for one ABI.
 type rights struct {
 	// handled access and scopes for landlock_create_ruleset.
 	fs, net, scoped uint64
-	// attrSize is the size of the ruleset attribute the ABI knows.
-	attrSize uintptr
 	// rights granted per rule type, for a directory. A non-directory gets
 	// the same masked with fileRights.
 	readExec, readOnly, listOnly, readWrite, readWriteFiles uint64
 }
 
-// rightsFor computes the rights for ABI abi (0: none; above MaxKnownABI:
-// as MaxKnownABI).
-func rightsFor(abi int) rights {
-	if abi > MaxKnownABI {
-		abi = MaxKnownABI
+// abiConfig returns go-landlock's configuration for ABI abi (1 to
+// MaxKnownABI): every filesystem and network right and every scope that ABI
+// knows.
+func abiConfig(abi int) golandlock.Config {
+	switch abi {
+	case 1:
+		return golandlock.V1
+	case 2:
+		return golandlock.V2
+	case 3:
+		return golandlock.V3
+	case 4:
+		return golandlock.V4
+	case 5:
+		return golandlock.V5
+	case 6:
+		return golandlock.V6
 	}
+	return golandlock.V7
+}
+
+// rightsFor computes the rights for ABI abi (0: none; above MaxKnownABI:
+// as MaxKnownABI): it handles every right and scope the ABI knows and
+// grants the subsets below.
+func rightsFor(abi int) rights {
 	var r rights
 	if abi < 1 {
 		return r
 	}
-	r.fs = fsABI1
-	r.attrSize = 8
-	if abi >= 2 {
-		r.fs |= fsRefer
-	}
-	if abi >= 3 {
-		r.fs |= fsTruncate
-	}
-	if abi >= 4 {
-		r.net = netTCP
-		r.attrSize = 16
-	}
-	if abi >= 5 {
-		r.fs |= fsIoctlDev
-	}
-	if abi >= 6 {
-		r.scoped = scopeAll
-		r.attrSize = 24
-	}
-	r.readExec = r.fs & (unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR | unix.LANDLOCK_ACCESS_FS_EXECUTE)
-	r.readOnly = r.fs & (unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR)
-	r.listOnly = r.fs & unix.LANDLOCK_ACCESS_FS_READ_DIR
+	c := abiConfig(min(abi, MaxKnownABI))
+	r.fs, r.net, r.scoped = uint64(c.HandledAccessFS), uint64(c.HandledAccessNet), uint64(c.Scoped)
+	r.readExec = r.fs & (ll.AccessFSReadFile | ll.AccessFSReadDir | ll.AccessFSExecute)
+	r.readOnly = r.fs & (ll.AccessFSReadFile | ll.AccessFSReadDir)
+	r.listOnly = r.fs & ll.AccessFSReadDir
 	r.readWrite = r.fs
-	r.readWriteFiles = r.fs & (unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_WRITE_FILE |
-		unix.LANDLOCK_ACCESS_FS_READ_DIR | fsTruncate | fsIoctlDev)
+	r.readWriteFiles = r.fs & (ll.AccessFSReadFile | ll.AccessFSWriteFile | ll.AccessFSReadDir | fsTruncate | fsIoctlDev)
 	return r
 }
 
@@ -261,18 +246,21 @@ func buildForABI(root, abi int, reason string, r Rules, strict bool) (int, Repor
 	}
 
 	rt := rightsFor(abi)
-	attr := unix.LandlockRulesetAttr{Handled_access_fs: rt.fs, Handled_access_net: rt.net}
+	// go-landlock passes the whole attribute struct, the fields of newer
+	// ABIs included; those are zero here (net before ABI 4, scoped before
+	// ABI 6, the quiet masks always), and the kernel accepts a larger
+	// struct whose extra bytes are zero (copy_struct_from_user).
+	attr := ll.RulesetAttr{HandledAccessFS: rt.fs, HandledAccessNet: rt.net}
 	if r.ScopeAbstractUnix {
-		attr.Scoped |= rt.scoped & unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
+		attr.Scoped |= rt.scoped & ll.ScopeAbstractUnixSocket
 	}
 	if r.ScopeSignal {
-		attr.Scoped |= rt.scoped & unix.LANDLOCK_SCOPE_SIGNAL
+		attr.Scoped |= rt.scoped & ll.ScopeSignal
 	}
-	v, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), rt.attrSize, 0)
-	if e != 0 {
-		return -1, rep, fmt.Errorf("landlock: create ruleset (ABI %d): %w", abi, e)
+	fd, err := ll.LandlockCreateRuleset(&attr, 0)
+	if err != nil {
+		return -1, rep, fmt.Errorf("landlock: create ruleset (ABI %d): %w", abi, err)
 	}
-	fd := int(v)
 	fail := func(err error) (int, Report, error) {
 		unix.Close(fd)
 		return -1, rep, err
@@ -321,10 +309,10 @@ func buildForABI(root, abi int, reason string, r Rules, strict bool) (int, Repor
 	if rt.net != 0 {
 		ports := map[uint16]uint64{}
 		for _, p := range r.ConnectTCP {
-			ports[p] |= unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
+			ports[p] |= ll.AccessNetConnectTCP
 		}
 		for _, p := range r.BindTCP {
-			ports[p] |= unix.LANDLOCK_ACCESS_NET_BIND_TCP
+			ports[p] |= ll.AccessNetBindTCP
 		}
 		keys := make([]int, 0, len(ports))
 		for p := range ports {
@@ -338,10 +326,10 @@ func buildForABI(root, abi int, reason string, r Rules, strict bool) (int, Repor
 		}
 		rep.Enforced = append(rep.Enforced, "TCP connect: "+portList(r.ConnectTCP), "TCP bind: "+portList(r.BindTCP))
 	}
-	if attr.Scoped&unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET != 0 {
+	if attr.Scoped&ll.ScopeAbstractUnixSocket != 0 {
 		rep.Enforced = append(rep.Enforced, "abstract unix sockets: only those created inside the sandbox can be connected to")
 	}
-	if attr.Scoped&unix.LANDLOCK_SCOPE_SIGNAL != 0 {
+	if attr.Scoped&ll.ScopeSignal != 0 {
 		rep.Enforced = append(rep.Enforced, "signals: only processes inside the sandbox can be signalled")
 	}
 	return fd, rep, nil
@@ -379,11 +367,8 @@ func addPathRule(rulesetFD, root int, path string, access uint64) (ok bool, skip
 	if access == 0 {
 		return false, fmt.Sprintf("path %s gets no right this ABI knows; skipped", path), nil
 	}
-	attr := unix.LandlockPathBeneathAttr{Allowed_access: access, Parent_fd: int32(pfd)}
-	_, _, e := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rulesetFD), unix.LANDLOCK_RULE_PATH_BENEATH,
-		uintptr(unsafe.Pointer(&attr)), 0, 0, 0)
-	if e != 0 {
-		return false, "", fmt.Errorf("landlock: add rule for %s (access 0x%x): %w", path, access, e)
+	if err := ll.LandlockAddPathBeneathRule(rulesetFD, &ll.PathBeneathAttr{AllowedAccess: access, ParentFd: pfd}, 0); err != nil {
+		return false, "", fmt.Errorf("landlock: add rule for %s (access 0x%x): %w", path, access, err)
 	}
 	return true, "", nil
 }
@@ -406,18 +391,9 @@ func openPath(root int, path string) (int, error) {
 	}
 }
 
-// netPortAttr is struct landlock_net_port_attr.
-type netPortAttr struct {
-	allowedAccess uint64
-	port          uint64
-}
-
 func addPortRule(rulesetFD int, port uint16, access uint64) error {
-	attr := netPortAttr{allowedAccess: access, port: uint64(port)}
-	_, _, e := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rulesetFD), ruleNetPort,
-		uintptr(unsafe.Pointer(&attr)), 0, 0, 0)
-	if e != 0 {
-		return fmt.Errorf("landlock: add rule for TCP port %d (access 0x%x): %w", port, access, e)
+	if err := ll.LandlockAddNetPortRule(rulesetFD, &ll.NetPortAttr{AllowedAccess: access, Port: uint64(port)}, 0); err != nil {
+		return fmt.Errorf("landlock: add rule for TCP port %d (access 0x%x): %w", port, access, err)
 	}
 	return nil
 }

@@ -71,18 +71,39 @@ func TestVM(t *testing.T) {
 	})
 
 	// The landlock package's own tests (kernel tests included) on ABI 2.
+	// TestKernelMissingPathSkipped expects /lib64 and /etc/ld.so.cache to
+	// exist, as on a Debian host; the VM's busybox system has neither.
 	t.Run("landlock-package", func(t *testing.T) {
-		bin := filepath.Join(t.TempDir(), "landlock.test")
-		build := exec.Command("go", "test", "-c", "-o", bin, "../../landlock")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build the landlock tests: %v\n%s", err, b)
-		}
-		// TestKernelMissingPathSkipped expects /lib64 and /etc/ld.so.cache
-		// to exist, as on a Debian host; the VM's busybox system has neither.
-		boot(t, "delegated", "landlock", []string{bin + ":/landlock.test"},
-			"/landlock.test", "-test.v", "-test.count=1", "-test.skip", "^TestKernelMissingPathSkipped$")
+		packageTests(t, "landlock", "delegated", "landlock", "^TestKernelMissingPathSkipped$")
 	})
+	// The cgroup package's own tests on cgroup v2: the fork bomb, memory
+	// hog, CPU throttling, kill, removal and reaping on cgroup2-delegated,
+	// and TestV2MoveSelf (docs/RESOURCES.md); with nothing delegated, New
+	// must fail with ErrUnavailable (TestUnavailableUnprivileged).
+	for _, sc := range []string{"delegated", "nodelegation"} {
+		t.Run("cgroup-package-"+sc, func(t *testing.T) {
+			packageTests(t, "cgroup", sc, "cgroup-"+sc, "")
+		})
+	}
+}
+
+// packageTests builds the tests of package pkg (static, CGO_ENABLED=0: the
+// VM has no C library) and runs them in a VM of scenario, with the console
+// in cache/logs/LOGNAME.log, skipping the tests that skip matches ("" skips
+// none).
+func packageTests(t *testing.T, pkg, scenario, logName, skip string) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), pkg+".test")
+	build := exec.Command("go", "test", "-c", "-o", bin, "../../"+pkg)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the %s tests: %v\n%s", pkg, err, b)
+	}
+	command := []string{"/" + pkg + ".test", "-test.v", "-test.count=1"}
+	if skip != "" {
+		command = append(command, "-test.skip", skip)
+	}
+	boot(t, scenario, logName, []string{bin + ":/" + pkg + ".test"}, command...)
 }
 
 // boot runs one VM with run.sh and fails t unless the payload passed.
