@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -15,8 +16,8 @@ import (
 	"time"
 
 	"github.com/hutchsandbox/hutch/egress"
+	"github.com/hutchsandbox/hutch/gitrepos"
 	"github.com/hutchsandbox/hutch/limits"
-	"github.com/hutchsandbox/hutch/mounts"
 	"github.com/hutchsandbox/hutch/nsjail"
 	"github.com/hutchsandbox/hutch/plan"
 	"github.com/hutchsandbox/hutch/policy"
@@ -37,7 +38,7 @@ type Session struct {
 	plan   *plan.Sandbox
 	st     *store.Store
 	sb     *nsjail.Sandbox
-	prot   *mounts.Protection
+	repos  *gitrepos.Watch
 	filter *seccompprofiles.Filter
 	rec    *seclog.Recorder // session-wide events (the proxy)
 	egress *egress.Server
@@ -204,11 +205,7 @@ func (s *Session) start(ctx context.Context, t0 time.Time) error {
 		return err
 	}
 	tm = s.mark("supervisor.seccomp", tm)
-	s.prot = &mounts.Protection{Workspace: sb.Workspace.Host, Placeholders: sb.Workspace.Placeholders}
-	if err := s.prot.Prepare(); err != nil {
-		return err
-	}
-	tm = s.mark("supervisor.placeholders", tm)
+	s.repos = gitrepos.NewWatch(sb.Workspace.Host, sb.Workspace.Repos, sb.Workspace.Missing, gitrepos.DefaultBudget)
 	if o.Prestarted != nil {
 		if err := launch(); err != nil {
 			return err
@@ -347,7 +344,7 @@ func (s *Session) recordLandlockGaps() {
 }
 
 // Close tears the sandbox down: every process is killed, the proxy stops,
-// placeholders are removed. It is idempotent.
+// the cgroup goes. It is idempotent.
 func (s *Session) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
@@ -358,24 +355,10 @@ func (s *Session) Close() error {
 			}
 			t = time.Now()
 		}
-		// SIGKILL first; while the kernel tears the sandbox down, clean up
-		// what does not need it gone. The protected-path placeholders may
-		// go now only if no sandboxed process is left (the init said so at
-		// the last command's end): otherwise one could recreate a path the
-		// moment its placeholder disappears.
+		// SIGKILL first; while the kernel tears the sandbox down, stop
+		// what does not need it gone.
 		if s.sb != nil {
-			empty := s.sb.Empty()
 			s.sb.Kill()
-			if s.prot.Pending() && s.o.Logger != nil {
-				when := "after the init is gone (a sandboxed process may be left)"
-				if empty {
-					when = "while the init dies (no sandboxed process is left)"
-				}
-				s.o.Logger.Debug("teardown: protected-path placeholders removed " + when)
-			}
-			if empty && s.prot != nil {
-				_ = s.prot.Cleanup() // what is left is retried below
-			}
 		}
 		mark("teardown.kill")
 		if s.notifyCancel != nil {
@@ -389,10 +372,6 @@ func (s *Session) Close() error {
 		mark("teardown.init")
 		s.limits.Close()
 		mark("teardown.limits")
-		if s.prot != nil {
-			err = s.prot.Cleanup()
-		}
-		mark("teardown.placeholders")
 		close(s.closed)
 	})
 	return err
@@ -532,6 +511,7 @@ wait:
 	if info.Err == nil && info.ExecCode == 0 {
 		s.limits.Report(before, s.limits.Events(), info.Status, rec)
 	}
+	s.reportRepos(rec)
 	res.Messages = append(res.Messages, rec.Summary()...)
 	if s.o.Timing {
 		res.Timing = append(append(res.Timing, s.timing...),
@@ -541,6 +521,25 @@ wait:
 			nsjail.Stage{Name: "exec", Usec: time.Since(t0).Microseconds()})
 	}
 	return res, nil
+}
+
+// reportRepos records what the command created in the workspace that git
+// on the host would execute and hutch could not protect (it did not exist
+// when the sandbox started): a repository, its hooks, its configuration.
+func (s *Session) reportRepos(rec *seclog.Recorder) {
+	for _, c := range s.repos.Check() {
+		dir := filepath.Dir(c.Path)
+		where := "the repository in " + dir
+		if dir == "." {
+			where, dir = "the workspace's repository", "."
+		}
+		msg := fmt.Sprintf("the command created %s in %s, which hutch could not protect (it did not exist when the sandbox started): git runs what it says; check it before running git there on the host (git -C %s config --list --show-origin; ls -la %s)", c.Path, where, dir, c.Path)
+		if c.Repo {
+			msg = fmt.Sprintf("the command created a git repository in %s: its configuration and hooks are the sandbox's work, and git runs what they say; check them before running git there on the host (git -C %s config --list --show-origin; ls -la %s/hooks)", dir, dir, c.Path)
+		}
+		rec.Record(seclog.Event{Kind: seclog.KindWorkspace, Rule: "filesystem.protected (git)", Subject: "created " + c.Path, Message: msg, Level: slog.LevelWarn,
+			Detail: map[string]any{"path": c.Path, "workspace": s.plan.Workspace.Host}})
+	}
 }
 
 // awaitOrKill waits for a terminated command; if its reaper does not end

@@ -35,6 +35,7 @@ import (
 	"github.com/hutchsandbox/hutch"
 	"github.com/hutchsandbox/hutch/agent"
 	"github.com/hutchsandbox/hutch/egress"
+	"github.com/hutchsandbox/hutch/gitrepos"
 	"github.com/hutchsandbox/hutch/mounts"
 	"github.com/hutchsandbox/hutch/plan"
 	"github.com/hutchsandbox/hutch/policy"
@@ -663,13 +664,14 @@ func BenchmarkSupervisorPlan(b *testing.B) {
 	})
 	b.Run("protected-paths", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			prot, err := mounts.PrepareProtected(ws, policy.WorkspaceMount, p.Filesystem.Protected, nil)
-			if err != nil {
+			if _, err := mounts.InspectProtected(ws, policy.WorkspaceMount, p.Filesystem.Protected, nil, nil); err != nil {
 				b.Fatal(err)
 			}
-			if err := prot.Cleanup(); err != nil {
-				b.Fatal(err)
-			}
+		}
+	})
+	b.Run("git-repos", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			gitrepos.Find(ws, gitrepos.DefaultBudget)
 		}
 	})
 	b.Run("mount-plan", func(b *testing.B) {

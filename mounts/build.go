@@ -281,38 +281,47 @@ func addEtc(fsys HostFS, p *Plan, s *Spec, etcSrc string) error {
 }
 
 // Protection is what protecting paths in the workspace takes: the steps
-// that pin and protect them inside the sandbox, and the placeholders to
-// make on the host first.
+// that pin and protect them inside the sandbox. Nothing is made on the host:
+// a protected path that does not exist cannot be a mount point, so it is
+// listed in Missing, for the caller to check after the sandbox's commands
+// (did one create it?).
 type Protection struct {
 	// Steps pin and protect the paths inside the sandbox.
 	Steps []Step `json:"steps"`
-	// Placeholders are the host directories to create (Prepare) as mount
-	// points for protected paths that do not exist, shallow to deep, each
-	// relative to the workspace; Cleanup removes them.
-	Placeholders []string `json:"placeholders,omitempty"`
-	// Workspace is the host directory the placeholders are relative to.
-	Workspace string `json:"-"`
-	made      []string
+	// Missing are the protected paths, relative to the workspace, that do
+	// not exist (their first missing component).
+	Missing []string `json:"missing,omitempty"`
+	// Unprotected are the found paths (InspectProtected's found) that
+	// cannot be protected, with why: a symlink on the way.
+	Unprotected []string `json:"unprotected,omitempty"`
 }
 
-// InspectProtected inspects the workspace on the host, changing nothing, and returns
-// the steps that keep each protected path read-only inside and each hidden
-// path covered by an empty read-only directory (hutch's own directories, see
-// package hostdirs). A missing protected path needs an empty placeholder
-// directory on the host (the only way to have a mount point there), covered
-// read-only inside so it cannot be created: Prepare makes them. A symlink
-// anywhere along a protected or hidden path is refused, since sandboxed code
-// could retarget it. Every existing directory on the way is pinned (made a
-// mount point) so that it cannot be renamed away and recreated.
-func InspectProtected(workspace, mountAt string, protected, hidden []string) (*Protection, error) {
-	w := &protectWalk{workspace: workspace, mountAt: mountAt, pinned: map[string]bool{}, done: map[string]bool{}, pr: &Protection{Workspace: workspace}}
+// InspectProtected inspects the workspace on the host, changing nothing, and
+// returns the steps that keep each protected path read-only inside and each
+// hidden path covered by an empty read-only directory (hutch's own
+// directories, see package hostdirs). A symlink anywhere along a protected or
+// hidden path is refused, since sandboxed code could retarget it. Every
+// existing directory on the way is pinned (made a mount point) so that it
+// cannot be renamed away and recreated. A hidden path must exist (hostdirs
+// makes hutch's own directories).
+//
+// found are protected like protected, but were found rather than asked
+// for (the git repositories of the workspace): one that cannot be protected
+// is listed in Unprotected instead of refusing the workspace.
+func InspectProtected(workspace, mountAt string, protected, found, hidden []string) (*Protection, error) {
+	w := &protectWalk{workspace: workspace, mountAt: mountAt, pinned: map[string]bool{}, done: map[string]bool{}, pr: &Protection{}}
 	for _, rel := range protected {
-		if err := w.walk(rel, Protect, "protected path "+rel, "placeholder for missing protected path "+rel); err != nil {
+		if err := w.walk(rel, Protect, "protected path "+rel); err != nil {
 			return nil, err
 		}
 	}
+	for _, rel := range found {
+		if err := w.walk(rel, Protect, "git's "+rel); err != nil {
+			w.pr.Unprotected = append(w.pr.Unprotected, err.Error())
+		}
+	}
 	for _, rel := range hidden {
-		if err := w.walk(rel, Hide, "hutch's own directory, hidden", "hutch's own directory, hidden"); err != nil {
+		if err := w.walk(rel, Hide, "hutch's own directory, hidden"); err != nil {
 			return nil, err
 		}
 	}
@@ -323,75 +332,24 @@ func InspectProtected(workspace, mountAt string, protected, hidden []string) (*P
 	return w.pr, nil
 }
 
-// PrepareProtected is InspectProtected followed by Prepare.
-func PrepareProtected(workspace, mountAt string, protected, hidden []string) (*Protection, error) {
-	pr, err := InspectProtected(workspace, mountAt, protected, hidden)
-	if err != nil {
-		return nil, err
-	}
-	return pr, pr.Prepare()
-}
-
-// Prepare creates the placeholders on the host, resolving each beneath the
-// workspace without following symlinks. A placeholder path that exists by
-// now (something appeared since InspectProtected looked) is an error: the steps no
-// longer describe the workspace. On error, what it created is removed.
-func (pr *Protection) Prepare() error {
-	for _, rel := range pr.Placeholders {
-		if err := mkdirBeneath(pr.Workspace, rel); err != nil {
-			_ = pr.Cleanup()
-			if errors.Is(err, unix.EEXIST) {
-				return fmt.Errorf("protected path %s appeared in the workspace while the sandbox was planned; run again", rel)
-			}
-			return fmt.Errorf("protected path: create placeholder %s: %w", rel, err)
-		}
-		pr.made = append(pr.made, rel)
-	}
-	return nil
-}
-
 // protectWalk is InspectProtected's state.
 type protectWalk struct {
 	workspace, mountAt string
 	pr                 *Protection
 	pinned             map[string]bool
 	done               map[string]bool // paths walked already
-	placed             []string
 	pins, leaves       []Step
-}
-
-// mkdirBeneath makes the directory rel beneath root, every component
-// resolved without symlinks and beneath root.
-func mkdirBeneath(root, rel string) error {
-	dirfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(dirfd)
-	parent := filepath.Dir(rel)
-	pfd := dirfd
-	if parent != "." {
-		pfd, err = unix.Openat2(dirfd, parent, &unix.OpenHow{
-			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
-		})
-		if err != nil {
-			return err
-		}
-		defer unix.Close(pfd)
-	}
-	return unix.Mkdirat(pfd, filepath.Base(rel), 0o755)
 }
 
 // walk resolves rel component by component without following symlinks,
 // pinning existing directories and ending with a leaf step of kind.
-func (w *protectWalk) walk(rel string, kind Kind, why, whyPlaceholder string) error {
+func (w *protectWalk) walk(rel string, kind Kind, why string) error {
 	clean := filepath.Clean(rel)
 	if filepath.IsAbs(clean) || clean == "." || strings.HasPrefix(clean, "..") {
 		return fmt.Errorf("protected path %q: want a path relative to the workspace", rel)
 	}
-	if coveredBy(clean, w.placed) || w.done[clean] {
-		return nil // a placeholder above it already makes it uncreatable, or listed twice
+	if coveredBy(clean, w.pr.Missing) || w.done[clean] {
+		return nil // missing above it already, or listed twice
 	}
 	w.done[clean] = true
 	comps := strings.Split(clean, "/")
@@ -400,6 +358,10 @@ func (w *protectWalk) walk(rel string, kind Kind, why, whyPlaceholder string) er
 		return fmt.Errorf("open workspace %s: %w", w.workspace, err)
 	}
 	defer func() { unix.Close(dirfd) }()
+	// The pins on the way are kept only when the leaf is reached: pinning
+	// the parents of a missing path would protect nothing and keep the
+	// sandbox from removing them.
+	var pins []string
 	cur := ""
 	for i, c := range comps {
 		cur = filepath.Join(cur, c)
@@ -407,9 +369,10 @@ func (w *protectWalk) walk(rel string, kind Kind, why, whyPlaceholder string) er
 		var st unix.Stat_t
 		err := unix.Fstatat(dirfd, c, &st, unix.AT_SYMLINK_NOFOLLOW)
 		if errors.Is(err, unix.ENOENT) {
-			w.pr.Placeholders = append(w.pr.Placeholders, cur)
-			w.placed = append(w.placed, cur)
-			w.leaves = append(w.leaves, Step{Kind: kind, Target: inside, NoSymlinks: true, Why: whyPlaceholder})
+			if kind == Hide {
+				return fmt.Errorf("hutch's own directory %s in the workspace: %s does not exist", rel, cur)
+			}
+			w.pr.Missing = append(w.pr.Missing, cur)
 			return nil
 		}
 		if err != nil {
@@ -427,12 +390,15 @@ func (w *protectWalk) walk(rel string, kind Kind, why, whyPlaceholder string) er
 				return fmt.Errorf("hutch's own directory %s in the workspace: %s is not a directory", rel, cur)
 			}
 			w.leaves = append(w.leaves, Step{Kind: kind, Target: inside, NoSymlinks: true, Why: why})
+			for _, p := range pins {
+				if !w.pinned[p] {
+					w.pinned[p] = true
+					w.pins = append(w.pins, Step{Kind: Pin, Target: filepath.Join(w.mountAt, p), NoSymlinks: true, Why: "pin parent of " + why})
+				}
+			}
 			return nil
 		}
-		if !w.pinned[cur] {
-			w.pinned[cur] = true
-			w.pins = append(w.pins, Step{Kind: Pin, Target: inside, NoSymlinks: true, Why: "pin parent of " + why})
-		}
+		pins = append(pins, cur)
 		next, err := unix.Openat(dirfd, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("protected path %s: open %s: %w", rel, cur, err)
@@ -451,23 +417,3 @@ func coveredBy(rel string, placed []string) bool {
 	}
 	return false
 }
-
-// Cleanup removes the placeholders Prepare created, deepest first, if they
-// are still empty directories. It reports what it could not remove and keeps
-// those, so a later call can try again.
-func (pr *Protection) Cleanup() error {
-	var errs []error
-	var left []string
-	for i := len(pr.made) - 1; i >= 0; i-- {
-		p := filepath.Join(pr.Workspace, pr.made[i])
-		if err := unix.Rmdir(p); err != nil && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("remove protected-path placeholder %s: %w", p, err))
-			left = append([]string{pr.made[i]}, left...)
-		}
-	}
-	pr.made = left
-	return errors.Join(errs...)
-}
-
-// Pending reports whether placeholders Prepare made are still on the host.
-func (pr *Protection) Pending() bool { return pr != nil && len(pr.made) > 0 }

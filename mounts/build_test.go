@@ -72,12 +72,12 @@ func TestBuildRejectsBadTooling(t *testing.T) {
 	}
 }
 
-func TestPrepareProtected(t *testing.T) {
+func TestInspectProtected(t *testing.T) {
 	t.Run("existing", func(t *testing.T) {
 		ws := t.TempDir()
 		os.MkdirAll(filepath.Join(ws, ".git", "hooks"), 0o755)
 		os.WriteFile(filepath.Join(ws, ".git", "config"), nil, 0o644)
-		pr, err := PrepareProtected(ws, "/workspace", []string{".git/hooks", ".git/config"}, nil)
+		pr, err := InspectProtected(ws, "/workspace", []string{".git/hooks", ".git/config"}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,45 +92,36 @@ func TestPrepareProtected(t *testing.T) {
 		if strings.Join(got, ",") != want {
 			t.Errorf("steps %v, want %s", got, want)
 		}
-		if len(pr.Placeholders) != 0 {
-			t.Errorf("placeholders for existing paths: %v", pr.Placeholders)
+		if len(pr.Missing) != 0 {
+			t.Errorf("existing paths listed missing: %v", pr.Missing)
 		}
 	})
 	t.Run("missing", func(t *testing.T) {
+		// Nothing is made on the host: missing paths are listed, for the
+		// check after a command, and get no step.
 		ws := t.TempDir()
-		pr, err := PrepareProtected(ws, "/workspace", []string{".git/hooks", ".git/config"}, nil)
+		os.Mkdir(filepath.Join(ws, "sub"), 0o755)
+		pr, err := InspectProtected(ws, "/workspace", []string{".git/hooks", ".git/config", "sub/.git/config"}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(pr.Placeholders) != 1 || pr.Placeholders[0] != ".git" {
-			t.Fatalf("placeholders %v, want only .git", pr.Placeholders)
+		if strings.Join(pr.Missing, ",") != ".git,sub/.git" {
+			t.Errorf("missing %v, want .git and sub/.git", pr.Missing)
 		}
-		if len(pr.Steps) != 1 || pr.Steps[0].Kind != Protect || pr.Steps[0].Target != "/workspace/.git" {
-			t.Errorf("steps %+v", pr.Steps)
+		if len(pr.Steps) != 0 {
+			t.Errorf("steps %+v, want none: the parents of missing paths are not pinned", pr.Steps)
 		}
-		if fi, err := os.Stat(filepath.Join(ws, ".git")); err != nil || !fi.IsDir() {
-			t.Fatalf("placeholder not made: %v", err)
-		}
-		if err := pr.Cleanup(); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := os.Stat(filepath.Join(ws, ".git")); !os.IsNotExist(err) {
-			t.Errorf("placeholder not removed: %v", err)
+		if ents, _ := os.ReadDir(ws); len(ents) != 1 {
+			t.Errorf("InspectProtected changed the workspace: %v", ents)
 		}
 	})
-	t.Run("inspect changes nothing", func(t *testing.T) {
+	t.Run("found, not protectable", func(t *testing.T) {
 		ws := t.TempDir()
-		pr, err := InspectProtected(ws, "/workspace", []string{".git/hooks", ".git/config"}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := os.Lstat(filepath.Join(ws, ".git")); !os.IsNotExist(err) {
-			t.Fatalf("InspectProtected created %s: %v", ".git", err)
-		}
-		// Something appears between inspection and preparation.
-		os.Symlink("/etc", filepath.Join(ws, ".git"))
-		if err := pr.Prepare(); err == nil || !strings.Contains(err.Error(), "appeared") {
-			t.Fatalf("Prepare over a path that appeared: %v", err)
+		os.MkdirAll(filepath.Join(ws, "sub", ".git"), 0o755)
+		os.Symlink("/tmp", filepath.Join(ws, "sub", ".git", "hooks"))
+		pr, err := InspectProtected(ws, "/workspace", nil, []string{"sub/.git/hooks"}, nil)
+		if err != nil || len(pr.Unprotected) != 1 || !strings.Contains(pr.Unprotected[0], "symlink") || len(pr.Steps) != 0 {
+			t.Errorf("a found path behind a symlink: %+v, %v", pr, err)
 		}
 	})
 	t.Run("git-file", func(t *testing.T) {
@@ -138,7 +129,7 @@ func TestPrepareProtected(t *testing.T) {
 		// itself protected, read-only.
 		ws := t.TempDir()
 		os.WriteFile(filepath.Join(ws, ".git"), []byte("gitdir: /elsewhere\n"), 0o644)
-		pr, err := PrepareProtected(ws, "/workspace", []string{".git/hooks"}, nil)
+		pr, err := InspectProtected(ws, "/workspace", []string{".git/hooks"}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +140,7 @@ func TestPrepareProtected(t *testing.T) {
 	t.Run("symlink", func(t *testing.T) {
 		ws := t.TempDir()
 		os.Symlink("/etc", filepath.Join(ws, ".git"))
-		_, err := PrepareProtected(ws, "/workspace", []string{".git/hooks"}, nil)
+		_, err := InspectProtected(ws, "/workspace", []string{".git/hooks"}, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), "protected path .git/hooks: .git is a symlink") {
 			t.Errorf("err = %v", err)
 		}
@@ -159,7 +150,7 @@ func TestPrepareProtected(t *testing.T) {
 		os.MkdirAll(filepath.Join(ws, ".git", "hooks"), 0o755)
 		os.MkdirAll(filepath.Join(ws, ".cache", "hutch"), 0o700)
 		os.WriteFile(filepath.Join(ws, ".state"), nil, 0o644)
-		pr, err := PrepareProtected(ws, "/workspace", []string{".git/hooks", ".git/hooks/"}, []string{".cache/hutch"})
+		pr, err := InspectProtected(ws, "/workspace", []string{".git/hooks", ".git/hooks/"}, nil, []string{".cache/hutch"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,18 +162,18 @@ func TestPrepareProtected(t *testing.T) {
 		if strings.Join(got, ",") != want {
 			t.Errorf("steps %v, want %s", got, want)
 		}
-		_, err = PrepareProtected(ws, "/workspace", nil, []string{".state/hutch"})
+		_, err = InspectProtected(ws, "/workspace", nil, nil, []string{".state/hutch"})
 		if err == nil || !strings.Contains(err.Error(), ".state is not a directory") {
 			t.Errorf("a file on the way to a hidden directory: err = %v", err)
 		}
 		os.Symlink("/tmp", filepath.Join(ws, "link"))
-		_, err = PrepareProtected(ws, "/workspace", nil, []string{"link/hutch"})
+		_, err = InspectProtected(ws, "/workspace", nil, nil, []string{"link/hutch"})
 		if err == nil || !strings.Contains(err.Error(), "link is a symlink") {
 			t.Errorf("a symlink on the way to a hidden directory: err = %v", err)
 		}
 	})
 	t.Run("escape", func(t *testing.T) {
-		_, err := PrepareProtected(t.TempDir(), "/workspace", []string{"../x"}, nil)
+		_, err := InspectProtected(t.TempDir(), "/workspace", []string{"../x"}, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), "want a path relative to the workspace") {
 			t.Errorf("err = %v", err)
 		}

@@ -1219,8 +1219,8 @@ int hutch_parse_setup(struct hutch_rd *r, struct hutch_setup *s, const unsigned 
 // the same command line in the same directory. The init builds that root's
 // policy-independent part while it waits: it opens the bind sources, mounts
 // the root tmpfs and applies the steps before the first pin, protect or hide
-// (those depend on placeholders the supervisor makes in the workspace, and
-// follow in the real phase). When the setup's plan is byte for byte the
+// (those depend on the workspace as the supervisor finds it at the start,
+// and follow in the real phase). When the setup's plan is byte for byte the
 // hint's, the init finishes that root; otherwise it detaches the half-built
 // root and builds the setup's plan from scratch. So the root is always the
 // one the supervisor planned, built at most a few milliseconds earlier; the

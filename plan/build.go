@@ -56,8 +56,17 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 			SessionMax:  p.Lifecycle.SessionMax,
 		},
 	}
+	sb.Workspace.Repos = h.Repos
 	if h.Protection != nil {
-		sb.Workspace.Placeholders = slices.Clone(h.Protection.Placeholders)
+		sb.Workspace.Missing = slices.Clone(h.Protection.Missing)
+		sb.Workspace.Unprotected = slices.Clone(h.Protection.Unprotected)
+	}
+	for _, u := range sb.Workspace.Unprotected {
+		sb.Warnings = append(sb.Warnings, Warning{Subject: "unprotected " + u, Message: "a git repository's file stays writable inside the sandbox: " + u})
+	}
+	if !h.Repos.Complete {
+		sb.Warnings = append(sb.Warnings, Warning{Subject: "repos-incomplete " + h.Workspace,
+			Message: fmt.Sprintf("the workspace %s has more directories than hutch looks through for git repositories (%d); repositories deeper than it looked are not protected", h.Workspace, h.Repos.Dirs)})
 	}
 	var err error
 	if sb.Mounts, err = buildMounts(p, h, sb); err != nil {

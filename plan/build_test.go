@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutchsandbox/hutch/cgroup"
+	"github.com/hutchsandbox/hutch/gitrepos"
 	"github.com/hutchsandbox/hutch/mounts"
 	"github.com/hutchsandbox/hutch/policy"
 )
@@ -42,7 +43,8 @@ func host() *Host {
 		Workspace:   "/home/u/proj",
 		FS:          debianFS,
 		Protected:   []string{".git/hooks", ".git/config"},
-		Protection:  &mounts.Protection{Steps: []mounts.Step{{Kind: mounts.Protect, Target: "/workspace/.git", NoSymlinks: true}}, Placeholders: []string{".git"}},
+		Protection:  &mounts.Protection{Steps: []mounts.Step{{Kind: mounts.Protect, Target: "/workspace/.git/config", NoSymlinks: true}}, Missing: []string{".git/hooks"}},
+		Repos:       gitrepos.Scan{Repos: []gitrepos.Repo{{Dot: ".git", GitDir: ".git"}}, Dirs: 3, Complete: true},
 		LandlockABI: 7,
 		Notify:      true,
 		Cgroup:      CgroupFacts{Backend: cgroup.BackendRlimit, Reason: "no delegated cgroup v2 subtree"},
@@ -98,8 +100,8 @@ func TestBuild(t *testing.T) {
 				if step(sb, mounts.Bind, "/etc/python3.11") == nil || step(sb, mounts.File, "/etc/passwd") == nil {
 					t.Error("curated /etc: python3* bound, passwd synthesized")
 				}
-				if step(sb, mounts.Protect, "/workspace/.git") == nil || !slices.Equal(sb.Workspace.Placeholders, []string{".git"}) {
-					t.Errorf("protection not in the plan: %v", sb.Workspace.Placeholders)
+				if step(sb, mounts.Protect, "/workspace/.git/config") == nil || !slices.Equal(sb.Workspace.Missing, []string{".git/hooks"}) || len(sb.Workspace.Repos.Repos) != 1 {
+					t.Errorf("protection not in the plan: %+v", sb.Workspace)
 				}
 				if sb.Mounts.Stage != "/tmp" {
 					t.Errorf("stage %q", sb.Mounts.Stage)
@@ -296,6 +298,15 @@ func TestBuild(t *testing.T) {
 				p.Filesystem.ReadOnly = []policy.Bind{{Source: "/opt"}, {Source: "/data/none"}}
 			},
 			err: "filesystem.read_only[1]: source /data/none",
+		},
+		{
+			name: "a huge workspace",
+			host: func(h *Host) { h.Repos.Complete = false; h.Repos.Dirs = 5000 },
+			check: func(t *testing.T, sb *Sandbox) {
+				if len(sb.Warnings) != 2 || !strings.Contains(sb.Warnings[0].Message, "deeper than it looked are not protected") {
+					t.Errorf("warnings %+v", sb.Warnings)
+				}
+			},
 		},
 		{
 			name: "bad --env",

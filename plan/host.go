@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutchsandbox/hutch/cgroup"
+	"github.com/hutchsandbox/hutch/gitrepos"
 	"github.com/hutchsandbox/hutch/hostdirs"
 	"github.com/hutchsandbox/hutch/landlock"
 	"github.com/hutchsandbox/hutch/mounts"
@@ -31,8 +32,12 @@ type Host struct {
 	Protected []string
 	// Hidden are hutch's own directories inside the workspace, relative.
 	Hidden []string
-	// Protection is what the workspace holds along Protected and Hidden
-	// (mounts.InspectProtected).
+	// Repos are the git repositories found in the workspace; Found the
+	// paths of theirs that git executes (gitrepos.Scan.ProtectedPaths).
+	Repos gitrepos.Scan
+	Found []string
+	// Protection is what the workspace holds along Protected, Found and
+	// Hidden (mounts.InspectProtected).
 	Protection *mounts.Protection
 	// LandlockABI is the kernel's Landlock ABI, 0 when there is none.
 	LandlockABI int
@@ -93,7 +98,10 @@ func Gather(p *policy.Policy, o GatherOptions) (*Host, error) {
 		return nil, err
 	}
 	h.Protected = append(h.Protected, rels...)
-	if h.Protection, err = mounts.InspectProtected(h.Workspace, policy.WorkspaceMount, h.Protected, h.Hidden); err != nil {
+	h.Repos = gitrepos.Find(h.Workspace, gitrepos.DefaultBudget)
+	existing, missing := h.Repos.ProtectedPaths(h.Workspace)
+	h.Found = append(existing, missing...)
+	if h.Protection, err = mounts.InspectProtected(h.Workspace, policy.WorkspaceMount, h.Protected, h.Found, h.Hidden); err != nil {
 		return nil, err
 	}
 	h.LandlockABI = landlock.ABI()

@@ -13,6 +13,7 @@ package plan
 
 import (
 	"github.com/hutchsandbox/hutch/cgroup"
+	"github.com/hutchsandbox/hutch/gitrepos"
 	"github.com/hutchsandbox/hutch/landlock"
 	"github.com/hutchsandbox/hutch/mounts"
 	"github.com/hutchsandbox/hutch/policy"
@@ -90,10 +91,17 @@ type Workspace struct {
 	// Hidden are hutch's own directories that lie in the workspace,
 	// relative to it, covered inside by an empty read-only directory.
 	Hidden []string `json:"hidden,omitempty"`
-	// Placeholders are the directories, relative to the workspace, to make
-	// on the host as mount points for protected paths that do not exist;
-	// they are removed when the sandbox ends.
-	Placeholders []string `json:"placeholders,omitempty"`
+	// Repos are the git repositories found in the workspace: their .git
+	// files and the configuration and hooks of their git directories stay
+	// read-only inside.
+	Repos gitrepos.Scan `json:"repos"`
+	// Missing are the protected paths that did not exist (nothing is made
+	// on the host to protect them): after each command, one that exists is
+	// reported, as is a repository the command created.
+	Missing []string `json:"missing,omitempty"`
+	// Unprotected are the repositories' paths that could not be protected,
+	// with why.
+	Unprotected []string `json:"unprotected,omitempty"`
 }
 
 // Identity is the command's identity inside the sandbox.

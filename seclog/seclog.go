@@ -29,6 +29,9 @@ const (
 	KindLimit   = "limit"   // a resource limit stopped the command
 	KindTimeout = "timeout" // the wall-clock timeout killed the command
 	KindSandbox = "sandbox" // sandbox lifecycle notes (e.g. enforcement gaps)
+	// KindWorkspace: something a command left in the workspace that the
+	// host would execute and hutch could not protect (a git repository).
+	KindWorkspace = "workspace"
 )
 
 // Event is one security event.
@@ -262,7 +265,7 @@ func (r *Recorder) Summary() []string {
 			}
 		}
 		line := fmt.Sprintf("hutch: %s (%s)", ev.Message, times)
-		if ev.Kind == KindLimit || ev.Kind == KindTimeout {
+		if ev.Kind == KindLimit || ev.Kind == KindTimeout || ev.Kind == KindWorkspace {
 			line = "hutch: " + ev.Message // happens once per command; no count
 		}
 		if ev.Hint != "" {

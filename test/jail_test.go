@@ -218,25 +218,54 @@ echo fine > notes.txt && echo ws-ok`)
 		}
 	})
 	t.Run("missing", func(t *testing.T) {
+		// Nothing is made on the host for a missing path: git works in a
+		// new project, and what the command created that host git would
+		// execute is reported.
 		ws := userDir(t)
-		r := sandboxSh(t, ws, `
-git init -q . 2>/dev/null && echo GIT-INIT
-mkdir -p .git/hooks 2>/dev/null && echo MADE-HOOKS
-echo x > .git/config 2>/dev/null && echo MADE-CONFIG
-echo ok`)
+		r := sandboxSh(t, ws, `git init -q . && git config core.fsmonitor 'echo evil' && echo GIT-INIT`)
 		mustCode(t, r, 0)
-		for _, bad := range []string{"GIT-INIT", "MADE-HOOKS", "MADE-CONFIG"} {
+		if !strings.Contains(r.stdout, "GIT-INIT") {
+			t.Errorf("git init in a new workspace failed:\n%s%s", r.stdout, r.stderr)
+		}
+		if !strings.Contains(r.stderr, "hutch: the command created a git repository in .: its configuration and hooks are the sandbox's work") {
+			t.Errorf("the created repository was not reported:\n%s", r.stderr)
+		}
+		clean := userDir(t)
+		r = sandboxSh(t, clean, `echo ok`)
+		mustCode(t, r, 0)
+		if ents, _ := os.ReadDir(clean); len(ents) != 0 || r.stderr != "" {
+			t.Errorf("a run in an empty workspace left %v and said %q", ents, r.stderr)
+		}
+	})
+	t.Run("nested", func(t *testing.T) {
+		// Every repository in the workspace is protected: a clone inside
+		// a project, a worktree whose .git is a file.
+		ws := userDir(t)
+		writeUserFile(t, filepath.Join(ws, "vendor", "lib", ".git", "config"), "[core]\n")
+		writeUserFile(t, filepath.Join(ws, "vendor", "lib", ".git", "hooks", "pre-commit.sample"), "#!/bin/sh\n")
+		writeUserFile(t, filepath.Join(ws, "vendor", "lib", ".git", "HEAD"), "ref: refs/heads/main\n")
+		writeUserFile(t, filepath.Join(ws, "wt", ".git"), "gitdir: ../vendor/lib/.git/worktrees/wt\n")
+		writeUserFile(t, filepath.Join(ws, "vendor", "lib", ".git", "worktrees", "wt", "commondir"), "../..\n")
+		r := sandboxSh(t, ws, `
+echo '[core] fsmonitor = evil' >> vendor/lib/.git/config 2>/dev/null && echo WROTE-CONFIG
+echo evil > vendor/lib/.git/hooks/post-checkout 2>/dev/null && echo WROTE-HOOK
+echo 'gitdir: /tmp/evil' > wt/.git 2>/dev/null && echo WROTE-GITFILE
+echo ok > vendor/lib/.git/HEAD && echo head-ok`)
+		mustCode(t, r, 0)
+		for _, bad := range []string{"WROTE-CONFIG", "WROTE-HOOK", "WROTE-GITFILE"} {
 			if strings.Contains(r.stdout, bad) {
-				t.Errorf("missing protected path was creatable: %s\n%s", bad, r.stdout)
+				t.Errorf("a nested repository's %s:\n%s", bad, r.stdout)
 			}
 		}
-		ents, _ := os.ReadDir(ws)
-		if len(ents) != 0 {
-			var names []string
-			for _, e := range ents {
-				names = append(names, e.Name())
-			}
-			t.Errorf("workspace not clean after the run (placeholders left?): %v", names)
+		if !strings.Contains(r.stdout, "head-ok") {
+			t.Errorf("ordinary writes in a nested repository failed:\n%s%s", r.stdout, r.stderr)
+		}
+		// A repository without hooks: the hooks the command makes are
+		// reported.
+		r = sandboxSh(t, ws, `rm -f vendor/lib/.git/hooks/pre-commit.sample 2>/dev/null; mkdir -p x/.git && echo '[core]' > x/.git/config`)
+		mustCode(t, r, 0)
+		if !strings.Contains(r.stderr, "created a git repository in x") {
+			t.Errorf("a repository made by the command was not reported:\n%s", r.stderr)
 		}
 	})
 	t.Run("symlink-refused", func(t *testing.T) {
@@ -649,29 +678,36 @@ func TestStageOutsideBindSources(t *testing.T) {
 // the hook could land on the host. The decision is checked in --debug's
 // words; the end state (no .git on the host) too, though a wrong decision
 // shows there only when the race is lost.
-func TestPlaceholderOutlivesStrayProcesses(t *testing.T) {
+// A workspace without .git is left as it was: nothing is made there to
+// protect missing paths, so Go's VCS stamping works, and a SIGKILLed hutch
+// leaves nothing behind.
+func TestNothingLeftInWorkspace(t *testing.T) {
 	ws := userDir(t)
-	r := hutch(t, opts{dir: ws}, "run", "--debug", "--", "/bin/sh", "-c",
-		`for i in 1 2 3 4; do (while :; do mkdir -p .git/hooks 2>/dev/null && echo evil > .git/hooks/pre-commit 2>/dev/null; done) & done
-		 sleep 0.3; kill -9 $PPID; sleep 5`)
-	if r.code != 137 {
-		t.Errorf("exit %d, want 137 (the reaper killed); stderr %s", r.code, r.stderr)
+	writeUserFile(t, filepath.Join(ws, "go.mod"), "module example.com/m\n\ngo 1.22\n")
+	writeUserFile(t, filepath.Join(ws, "main.go"), "package main\n\nfunc main() { println(\"built\") }\n")
+	if _, err := exec.LookPath("go"); err == nil {
+		r := hutch(t, opts{dir: ws}, "run", "--", "/bin/sh", "-c", "GOCACHE=/tmp/gocache GOFLAGS=-mod=mod go build -o /tmp/m . && /tmp/m")
+		mustCode(t, r, 0)
+		if !strings.Contains(r.stderr, "built") {
+			t.Errorf("go build without .git: %s", r.stderr)
+		}
 	}
-	if !strings.Contains(r.stderr, "placeholders removed after the init is gone") {
-		t.Errorf("with processes left behind, the placeholders were not kept until the init was gone:\n%s", r.stderr)
+	for i := range 30 {
+		cmd := hutchCmd(opts{dir: ws}, "run", "--", "sleep", "10")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(i%10) * 5 * time.Millisecond)
+		cmd.Process.Kill()
+		cmd.Wait()
 	}
-	if _, err := os.Lstat(filepath.Join(ws, ".git")); !os.IsNotExist(err) {
-		entries, _ := filepath.Glob(filepath.Join(ws, ".git", "*"))
-		t.Errorf("after the run the workspace has .git (%v; inside: %v)", err, entries)
+	ents, _ := os.ReadDir(ws)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
 	}
-	// A command that ends normally leaves nothing: the early path.
-	r = hutch(t, opts{dir: ws}, "run", "--debug", "--", "true")
-	mustCode(t, r, 0)
-	if !strings.Contains(r.stderr, "placeholders removed while the init dies") {
-		t.Errorf("after a clean command, the placeholders did not go early:\n%s", r.stderr)
-	}
-	if _, err := os.Lstat(filepath.Join(ws, ".git")); !os.IsNotExist(err) {
-		t.Errorf("after the clean run the workspace has .git (%v)", err)
+	if strings.Join(names, " ") != "go.mod main.go" {
+		t.Errorf("after runs and SIGKILLs the workspace holds %v", names)
 	}
 }
 

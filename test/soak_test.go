@@ -46,7 +46,7 @@ func TestSoak(t *testing.T) {
 	if after.rssKiB > before.rssKiB+8<<10 {
 		t.Errorf("the session server's RSS grew from %d to %d KiB over %d execs", before.rssKiB, after.rssKiB, n)
 	}
-	if after.procs != before.procs {
+	if after.procs > before.procs {
 		t.Errorf("the test user's processes went from %d to %d:\n%s", before.procs, after.procs, after.procList)
 	}
 	if after.mounts != before.mounts {

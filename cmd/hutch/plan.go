@@ -82,8 +82,16 @@ func printPlan(w io.Writer, sb *plan.Sandbox) {
 	if len(ws.Hidden) > 0 {
 		item("hidden (hutch's own directories): %s", list(ws.Hidden))
 	}
-	if len(ws.Placeholders) > 0 {
-		item("placeholders made on the host while the sandbox runs: %s", list(ws.Placeholders))
+	var repos []string
+	for _, r := range ws.Repos.Repos {
+		repos = append(repos, r.Dot)
+	}
+	item("git repositories (their configuration and hooks read-only): %s (%d directories looked through%s)", list(repos), ws.Repos.Dirs, map[bool]string{true: "", false: ", not all"}[ws.Repos.Complete])
+	if len(ws.Missing) > 0 {
+		item("missing, reported if a command creates them: %s", list(ws.Missing))
+	}
+	for _, u := range ws.Unprotected {
+		item("not protected: %s", u)
 	}
 	id := sb.Identity
 	sec("identity", "uid %d gid %d (%s), HOME %s, hostname %s; no capabilities, no_new_privs", id.UID, id.GID, id.User, id.Home, id.Hostname)
