@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
+
+	"github.com/hutchsandbox/hutch/internal/readfile"
 )
 
 // Error is one problem with a policy. Load, Parse and Validate return one
@@ -57,11 +58,16 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Load reads the policy file at path; see Parse.
+// MaxFileSize is the largest policy file Load reads (a policy is a page or
+// two; this leaves room for thousands of allow entries).
+const MaxFileSize = 1 << 20
+
+// Load reads the policy file at path; see Parse. The file must be a regular
+// file of at most MaxFileSize bytes.
 func Load(path string) (*Policy, error) {
-	data, err := os.ReadFile(path)
+	data, err := readfile.Read(path, "policy file", MaxFileSize)
 	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
+		return nil, err
 	}
 	p, err := Parse(data, path)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -400,5 +401,36 @@ func TestLoadRecordsTheFile(t *testing.T) {
 	}
 	if _, err := Parse([]byte("- = 1\n"), "dash.toml"); err == nil {
 		t.Error(`the key "-" was accepted`)
+	}
+}
+
+// Load reads at most MaxFileSize bytes and only from a regular file:
+// /dev/zero or a FIFO would otherwise be read forever (or block), and a
+// huge file would take the memory of the machine.
+func TestLoadRefusesSpecialAndLargeFiles(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.toml")
+	if err := os.WriteFile(big, []byte("# "+strings.Repeat("x", MaxFileSize)+"\nversion = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo.toml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, want string }{
+		{big, "policy file " + big + " is larger than 1MiB, the most hutch reads"},
+		{fifo, "policy file " + fifo + " is a FIFO, not a regular file: pass a file of at most 1MiB"},
+		{"/dev/zero", "policy file /dev/zero is a character device, not a regular file: pass a file of at most 1MiB"},
+	} {
+		done := make(chan error, 1)
+		go func() { _, err := Load(tc.path); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("Load(%s) error = %v; want %s", tc.path, err, tc.want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Load(%s) did not return within 10s", tc.path)
+		}
 	}
 }

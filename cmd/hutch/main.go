@@ -203,6 +203,13 @@ func effectivePolicy(c *cli.Context) (*policy.Policy, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("effective policy (after flags): %w", err)
 	}
+	// The sandbox reads the profile later; a device or a huge file must be
+	// refused before anything is set up.
+	if prof := p.Seccomp.Profile; prof != "" && prof != policy.SeccompDefault {
+		if err := seccompprofiles.CheckFile(prof); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
