@@ -150,6 +150,19 @@ func durationSyntax(s string) bool {
 	return true
 }
 
+// MinTimeout is the shortest timeout hutch takes (--timeout,
+// resources.timeout): sessions carry timeouts in whole milliseconds.
+const MinTimeout = Duration(time.Millisecond)
+
+// CheckTimeout says what is wrong with d as a timeout: not at least
+// MinTimeout. The message says what is valid; callers name the flag or key.
+func CheckTimeout(d Duration) error {
+	if d < MinTimeout {
+		return fmt.Errorf("must be at least %s, e.g. 30s or 10m", MinTimeout)
+	}
+	return nil
+}
+
 // String prints d compactly: "10m" rather than "10m0s", "1h30m", "1h",
 // "30s", "1.5s", "500ms".
 func (d Duration) String() string {

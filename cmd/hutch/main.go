@@ -140,12 +140,10 @@ func effectivePolicy(c *cli.Context) (*policy.Policy, error) {
 	if v := c.String("tooling"); v != "" {
 		p.Filesystem.Tooling = v
 	}
-	if v := c.String("timeout"); v != "" {
-		d, err := policy.ParseDuration(v)
-		if err != nil {
-			return nil, fmt.Errorf("--timeout: %w", err)
-		}
-		p.Resources.Timeout = d
+	if d, err := timeoutFlag(c); err != nil {
+		return nil, err
+	} else if d > 0 {
+		p.Resources.Timeout = policy.Duration(d)
 	}
 	if v := c.String("tmp-size"); v != "" {
 		s, err := policy.ParseSize(v)
@@ -211,6 +209,24 @@ func effectivePolicy(c *cli.Context) (*policy.Policy, error) {
 		}
 	}
 	return p, nil
+}
+
+// timeoutFlag is --timeout of run and exec: 0 when not given; an error
+// naming the flag and what is valid when it does not parse or is shorter
+// than policy.MinTimeout.
+func timeoutFlag(c *cli.Context) (time.Duration, error) {
+	v := c.String("timeout")
+	if !c.IsSet("timeout") {
+		return 0, nil
+	}
+	d, err := policy.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("--timeout: %w", err)
+	}
+	if err := policy.CheckTimeout(d); err != nil {
+		return 0, fmt.Errorf("--timeout %s: %w", v, err)
+	}
+	return d.D(), nil
 }
 
 // allowFlag parses --allow HOST[:PORT][=ADDR[,ADDR]] (IPv6 literals in

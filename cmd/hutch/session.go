@@ -272,13 +272,9 @@ func execAction(c *cli.Context) error {
 	if len(argv) == 0 {
 		return &exitError{hutch.ExitSetup, "hutch: usage: hutch exec NAME [--] COMMAND [ARG...]"}
 	}
-	var timeout time.Duration
-	if v := c.String("timeout"); v != "" {
-		d, err := policy.ParseDuration(v)
-		if err != nil {
-			return &exitError{hutch.ExitSetup, "hutch: --timeout: " + err.Error()}
-		}
-		timeout = d.D()
+	timeout, err := timeoutFlag(c)
+	if err != nil {
+		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
 	if c.Bool("json") {
 		return execJSON(c, name, argv, timeout)
