@@ -754,12 +754,8 @@ func ResolveWorkspace(dir string) (string, error) {
 	return real, nil
 }
 
+// insideCwd is the command's working directory inside the sandbox; one
+// outside the workspace is refused (policy.InsideCwd).
 func insideCwd(c string) (string, error) {
-	if c == "" {
-		return policy.WorkspaceMount, nil
-	}
-	if !filepath.IsAbs(c) {
-		c = filepath.Join(policy.WorkspaceMount, c)
-	}
-	return filepath.Clean(c), nil
+	return policy.InsideCwd(c)
 }

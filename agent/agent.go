@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"strings"
 	"sync"
 	"time"
@@ -206,22 +205,12 @@ func (t *Tool) Validate(in RunCommandInput) (cwd string, timeout time.Duration, 
 }
 
 // ResolveCwd turns cwd (relative to /workspace, or absolute) into a clean
-// absolute path inside the sandbox, and rejects one outside /workspace.
-// The check is lexical: inside the sandbox only /workspace is the project,
-// and a symlink there cannot lead anywhere the sandbox could not already
-// reach.
+// absolute path inside the sandbox, and rejects one outside /workspace
+// (policy.InsideCwd) with an *InputError.
 func ResolveCwd(cwd string) (string, error) {
-	if strings.ContainsRune(cwd, 0) {
-		return "", inputErrorf("cwd contains a NUL byte")
-	}
-	p := cwd
-	if !path.IsAbs(p) {
-		p = path.Join(Workspace, p)
-	}
-	p = path.Clean(p)
-	if p != Workspace && !strings.HasPrefix(p, Workspace+"/") {
-		return "", inputErrorf("cwd %q resolves to %s, outside %s: commands run in the workspace; pass a directory relative to %s (e.g. \"src\") or an absolute path below it",
-			cwd, p, Workspace, Workspace)
+	p, err := policy.InsideCwd(cwd)
+	if err != nil {
+		return "", &InputError{Msg: err.Error()}
 	}
 	return p, nil
 }

@@ -69,32 +69,32 @@ func (c *lineCursor) at(off int) position {
 	return position{c.line, off - c.start + 1}
 }
 
-// path is a key being resolved: its parts as the policy's types know them
+// keyPath is a key being resolved: its parts as the policy's types know them
 // (no indexes) and as errors display them (indexes into arrays, quoted
 // when not bare): network, allow, host and network, allow[1], host.
-type path struct {
+type keyPath struct {
 	parts, disp []string
 }
 
-func (p path) key() string { return strings.Join(p.disp, ".") }
+func (p keyPath) key() string { return strings.Join(p.disp, ".") }
 
 // child is p extended by one key part.
-func (p path) child(part string) path {
-	return path{
+func (p keyPath) child(part string) keyPath {
+	return keyPath{
 		parts: append(p.parts[:len(p.parts):len(p.parts)], part),
 		disp:  append(p.disp[:len(p.disp):len(p.disp)], joinKey("", part)),
 	}
 }
 
 // index is p with an index into the array at its last part.
-func (p path) index(i int) path {
+func (p keyPath) index(i int) keyPath {
 	disp := append([]string(nil), p.disp...)
 	disp[len(disp)-1] += fmt.Sprintf("[%d]", i)
-	return path{parts: p.parts, disp: disp}
+	return keyPath{parts: p.parts, disp: disp}
 }
 
 // prefix is p's first n parts.
-func (p path) prefix(n int) path { return path{parts: p.parts[:n], disp: p.disp[:n]} }
+func (p keyPath) prefix(n int) keyPath { return keyPath{parts: p.parts[:n], disp: p.disp[:n]} }
 
 // scan walks data. A syntax error ends the walk; it is listed after the
 // problems found before it.
@@ -103,7 +103,7 @@ func scan(data []byte, name string) *doc {
 		pos: map[string]position{}, assigned: map[string]bool{}, entries: map[string]int{}}
 	var p unstable.Parser
 	p.Reset(data)
-	var table path
+	var table keyPath
 	skip := false // the current table is unknown or no table: its keys were reported with it
 	for p.NextExpression() {
 		e := p.Expression()
@@ -136,7 +136,7 @@ func (d *doc) record(key string, at position) {
 
 // header takes a [table] or [[array]] header; ok false means the table's
 // keys are not to be checked (the header was reported).
-func (d *doc) header(e *unstable.Node) (h path, skip bool) {
+func (d *doc) header(e *unstable.Node) (h keyPath, skip bool) {
 	var first *unstable.Node
 	it := e.Key()
 	for it.Next() {
@@ -184,7 +184,7 @@ func (d *doc) header(e *unstable.Node) (h path, skip bool) {
 
 // keyValue takes KEY = VALUE in the table at table (a top-level one, a
 // [table]'s, or an inline table's).
-func (d *doc) keyValue(table path, kv *unstable.Node) {
+func (d *doc) keyValue(table keyPath, kv *unstable.Node) {
 	k := table
 	var first *unstable.Node
 	it := kv.Key()
@@ -213,7 +213,7 @@ func (d *doc) keyValue(table path, kv *unstable.Node) {
 
 // known reports whether every part of k names a key of the policy, a table
 // on the way; when not, it reports the first part that does not.
-func (d *doc) known(k path, at position) bool {
+func (d *doc) known(k keyPath, at position) bool {
 	for j := 1; j <= len(k.parts); j++ {
 		parent := typeAt(k.parts[:j-1])
 		if typeAt(k.parts[:j]) == nil {
@@ -239,7 +239,7 @@ func (d *doc) known(k path, at position) bool {
 }
 
 // value checks a value of the key at k against its type t.
-func (d *doc) value(k path, t reflect.Type, v *unstable.Node, at position) {
+func (d *doc) value(k keyPath, t reflect.Type, v *unstable.Node, at position) {
 	key := k.key()
 	mismatch := func(withValue bool) {
 		found := withArticle(kindName(v.Kind))
@@ -294,7 +294,7 @@ func (d *doc) value(k path, t reflect.Type, v *unstable.Node, at position) {
 }
 
 // inlineTable checks the members of {...} at k.
-func (d *doc) inlineTable(k path, v *unstable.Node) {
+func (d *doc) inlineTable(k keyPath, v *unstable.Node) {
 	it := v.Children()
 	for it.Next() {
 		if n := it.Node(); n.Kind == unstable.KeyValue {

@@ -274,6 +274,9 @@ func runCommand() *cli.Command {
 			if c.NArg() == 0 {
 				return &exitError{hutch.ExitSetup, "hutch: no command given: usage: hutch run [flags] -- COMMAND [ARG...]"}
 			}
+			if _, err := policy.InsideCwd(c.String("cwd")); err != nil {
+				return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+			}
 			p, err := effectivePolicy(c)
 			if err != nil {
 				return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}

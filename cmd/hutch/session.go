@@ -276,6 +276,9 @@ func execAction(c *cli.Context) error {
 	if err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
+	if _, err := policy.InsideCwd(c.String("cwd")); err != nil {
+		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+	}
 	if c.Bool("json") {
 		return execJSON(c, name, argv, timeout)
 	}
