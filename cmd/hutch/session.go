@@ -72,7 +72,7 @@ func sessionStart(c *cli.Context) error {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
 	name := c.String("name")
-	if name == "" {
+	if !c.IsSet("name") { // --name "" is refused below, as exec and stop refuse it
 		name = "s-" + seclog.NewSandboxID()[:8]
 	}
 	if err := session.ValidName(name); err != nil {
