@@ -22,7 +22,7 @@ import (
 )
 
 // cacheFormat changes whenever the cached Filter's meaning or layout does.
-const cacheFormat = "hutch-seccomp-cache-v1"
+const cacheFormat = "hutch-seccomp-cache-v2"
 
 // Cache keeps compiled filters on disk, one file per key under Dir.
 // Building the default filter costs milliseconds; loading a cached one
@@ -59,6 +59,7 @@ type cacheEntry struct {
 	DefaultAction     string         `json:"defaultAction"`
 	DefaultErrno      int            `json:"defaultErrno"`
 	Warnings          []string       `json:"warnings,omitempty"`
+	Unknown           []string       `json:"unknown,omitempty"`
 	Reasons           []string       `json:"reasons"`
 	Denials           []cachedDenial `json:"denials"`
 }
@@ -78,7 +79,7 @@ func newCacheEntry(key string, f *Filter) *cacheEntry {
 	e := &cacheEntry{
 		Format: cacheFormat, Key: key, BPFSum: hex.EncodeToString(sum[:]), BPF: f.BPF,
 		Notify: f.Notify, NotifyUnavailable: f.NotifyUnavailable, ProfileHash: f.ProfileHash,
-		Arch: f.Arch, DefaultAction: f.DefaultAction, DefaultErrno: f.DefaultErrno, Warnings: f.Warnings,
+		Arch: f.Arch, DefaultAction: f.DefaultAction, DefaultErrno: f.DefaultErrno, Warnings: f.Warnings, Unknown: f.Unknown,
 	}
 	reasons := map[string]int{}
 	nrs := make([]uint32, 0, len(f.DenialRules))
@@ -103,7 +104,7 @@ func newCacheEntry(key string, f *Filter) *cacheEntry {
 func (e *cacheEntry) filter() (*Filter, error) {
 	f := &Filter{
 		BPF: e.BPF, Notify: e.Notify, NotifyUnavailable: e.NotifyUnavailable, ProfileHash: e.ProfileHash,
-		Arch: e.Arch, DefaultAction: e.DefaultAction, DefaultErrno: e.DefaultErrno, Warnings: e.Warnings,
+		Arch: e.Arch, DefaultAction: e.DefaultAction, DefaultErrno: e.DefaultErrno, Warnings: e.Warnings, Unknown: e.Unknown,
 		Denials: map[uint32]Denial{}, DenialRules: map[uint32][]Denial{},
 	}
 	for _, c := range e.Denials {
@@ -135,6 +136,7 @@ func Key(p *Profile, opts Options) (string, error) {
 		cacheFormat,
 		string(canon),
 		"notify=" + strconv.FormatBool(opts.Notify),
+		"strict=" + strconv.FormatBool(opts.Strict),
 		"arch=" + nativeArch().String(),
 		fmt.Sprintf("libseccomp=%d.%d.%d api=%d", maj, min, mic, api),
 		"kernel=" + kernel.Release(),

@@ -186,7 +186,7 @@ func Parse(data []byte, source string) (*Profile, error) {
 		return nil, err
 	}
 	p.Source = source
-	p.Warnings = append(d.warnings, p.nameWarnings()...)
+	p.Warnings = append(d.warnings, p.unknownNames()...)
 	return p, nil
 }
 
@@ -630,9 +630,9 @@ func takesErrno(action string) bool {
 	return action == ActErrno || action == ActTrace || action == ActNotify
 }
 
-// nameWarnings lists the syscall names of applicable rules that neither
-// libseccomp nor hutch's table of recent syscalls knows.
-func (p *Profile) nameWarnings() []string {
+// unknownNames lists the syscall names of applicable rules that neither
+// libseccomp nor hutch's table of recent syscalls knows, as warnings.
+func (p *Profile) unknownNames() []string {
 	var w []string
 	for i := range p.Syscalls {
 		s := &p.Syscalls[i]

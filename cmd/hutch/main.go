@@ -414,6 +414,11 @@ func seccompCommand() *cli.Command {
 					}
 				}
 				fmt.Print(seccompprofiles.Describe(prof))
+				// What a run would refuse: a profile the exec stage cannot
+				// run under, unknown names under strict enforcement.
+				if _, err := seccompprofiles.Compile(prof, seccompprofiles.Options{Strict: p.Enforcement == policy.EnforceStrict}); err != nil {
+					return &exitError{1, fmt.Sprintf("hutch: seccomp profile %s is refused: %v", prof.Source, err)}
+				}
 				return nil
 			},
 		}},
