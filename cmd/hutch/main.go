@@ -84,6 +84,7 @@ func run(args []string) int {
 func newApp() *cli.App {
 	app := newAppUncached()
 	cacheFlagNames(app.Commands)
+	handleUsage(app)
 	return app
 }
 
@@ -96,10 +97,7 @@ func newAppUncached() *cli.App {
 		HideHelpCommand:      true,
 		EnableBashCompletion: false,
 		ExitErrHandler:       func(*cli.Context, error) {},
-		OnUsageError: func(c *cli.Context, err error, isSub bool) error {
-			return &exitError{hutch.ExitSetup, "hutch: " + err.Error() + " (see hutch " + c.Command.Name + " --help)"}
-		},
-		Commands: []*cli.Command{runCommand(), execCommand(), sessionCommand(), mcpCommand(), doctorCommand(), policyCommand(), seccompCommand()},
+		Commands:             []*cli.Command{runCommand(), execCommand(), sessionCommand(), mcpCommand(), doctorCommand(), policyCommand(), seccompCommand()},
 	}
 }
 
@@ -134,6 +132,7 @@ func effectivePolicy(c *cli.Context) (*policy.Policy, error) {
 		}
 		p = lp
 	}
+	fromFile := struct{ allow, readOnly int }{len(p.Network.Allow), len(p.Filesystem.ReadOnly)}
 	if v := c.String("workspace"); v != "" {
 		p.Filesystem.Workspace = v
 	}
@@ -199,7 +198,7 @@ func effectivePolicy(c *cli.Context) (*policy.Policy, error) {
 		return nil, err
 	}
 	if err := p.Validate(); err != nil {
-		return nil, fmt.Errorf("effective policy (after flags): %w", err)
+		return nil, nameFlags(c, err, fromFile)
 	}
 	// The sandbox reads the profile later; a device or a huge file must be
 	// refused before anything is set up.
@@ -275,6 +274,9 @@ func runCommand() *cli.Command {
 				return &exitError{hutch.ExitSetup, "hutch: no command given: usage: hutch run [flags] -- COMMAND [ARG...]"}
 			}
 			if _, err := policy.InsideCwd(c.String("cwd")); err != nil {
+				return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+			}
+			if err := envFlag(c); err != nil {
 				return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 			}
 			p, err := effectivePolicy(c)

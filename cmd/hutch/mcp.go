@@ -62,6 +62,9 @@ func serveMCP(c *cli.Context) error {
 	if err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
+	if err := envFlag(c); err != nil {
+		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+	}
 	ws, err := hutch.ResolveWorkspace(p.Filesystem.Workspace)
 	if err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}

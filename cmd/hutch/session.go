@@ -279,6 +279,9 @@ func execAction(c *cli.Context) error {
 	if _, err := policy.InsideCwd(c.String("cwd")); err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
+	if err := envFlag(c); err != nil {
+		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+	}
 	if c.Bool("json") {
 		return execJSON(c, name, argv, timeout)
 	}
