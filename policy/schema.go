@@ -134,7 +134,7 @@ func (d *doc) record(key string, at position) {
 	}
 }
 
-// header takes a [table] or [[array]] header; ok false means the table's
+// header takes a [table] or [[array]] header; skip means the table's
 // keys are not to be checked (the header was reported).
 func (d *doc) header(e *unstable.Node) (h keyPath, skip bool) {
 	var first *unstable.Node
