@@ -200,9 +200,16 @@ func (s *Session) start(ctx context.Context, t0 time.Time) error {
 	tm := time.Now()
 	var err error
 	if s.filter, err = seccompprofiles.Load(ctx, seccompprofiles.LoadOptions{
-		Profile: sb.Seccomp.Profile, Notify: true, WatchNetwork: sb.Seccomp.WatchNetwork, Store: s.st, Logger: o.Logger,
+		Profile: sb.Seccomp.Profile, Notify: true, WatchNetwork: sb.Seccomp.WatchNetwork, Strict: sb.Seccomp.Strict,
+		Store: s.st, Logger: o.Logger,
 	}); err != nil {
 		return err
+	}
+	if w := s.filter.Warnings; len(w) > 0 {
+		// Said when the profile is compiled (a stored filter was said
+		// when it was), once per profile.
+		s.warn(plan.Warning{Subject: "seccomp-profile-" + s.filter.ProfileHash,
+			Message: "seccomp profile " + sb.Seccomp.Profile + ": " + strings.Join(w, "; ")})
 	}
 	tm = s.mark("supervisor.seccomp", tm)
 	s.repos = gitrepos.NewWatch(sb.Workspace.Host, sb.Workspace.Repos, sb.Workspace.Missing, gitrepos.DefaultBudget)

@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"strings"
 	"sync"
 	"time"
@@ -36,9 +35,10 @@ import (
 // ToolName is the name under which the tool is offered to agents.
 const ToolName = "run_command"
 
-// DefaultMaxOutput is the default cap, in bytes, of the stdout and of the
-// stderr kept per call (each stream separately). The rest is read and
-// dropped, so the command never blocks on a full pipe.
+// DefaultMaxOutput is the default cap of the stdout and of the stderr kept
+// per call (each stream separately), in bytes of their JSON encoding (a
+// NUL is six there). The rest is read and dropped, so the command never
+// blocks on a full pipe.
 const DefaultMaxOutput = 1 << 20
 
 // DefaultDrainGrace is how long RunCommand keeps reading output after the
@@ -118,8 +118,8 @@ type Executor interface {
 type Tool struct {
 	// Exec runs the commands.
 	Exec Executor
-	// MaxOutput caps the bytes of stdout and of stderr kept per call (each
-	// separately); 0 means DefaultMaxOutput.
+	// MaxOutput caps stdout and stderr kept per call (each separately), in
+	// bytes of their JSON encoding; 0 means DefaultMaxOutput.
 	MaxOutput int
 	// MaxTimeout is the largest timeout_seconds accepted, normally the
 	// policy's resources.timeout; 0 means no limit is checked here.
@@ -206,22 +206,12 @@ func (t *Tool) Validate(in RunCommandInput) (cwd string, timeout time.Duration, 
 }
 
 // ResolveCwd turns cwd (relative to /workspace, or absolute) into a clean
-// absolute path inside the sandbox, and rejects one outside /workspace.
-// The check is lexical: inside the sandbox only /workspace is the project,
-// and a symlink there cannot lead anywhere the sandbox could not already
-// reach.
+// absolute path inside the sandbox, and rejects one outside /workspace
+// (policy.InsideCwd) with an *InputError.
 func ResolveCwd(cwd string) (string, error) {
-	if strings.ContainsRune(cwd, 0) {
-		return "", inputErrorf("cwd contains a NUL byte")
-	}
-	p := cwd
-	if !path.IsAbs(p) {
-		p = path.Join(Workspace, p)
-	}
-	p = path.Clean(p)
-	if p != Workspace && !strings.HasPrefix(p, Workspace+"/") {
-		return "", inputErrorf("cwd %q resolves to %s, outside %s: commands run in the workspace; pass a directory relative to %s (e.g. \"src\") or an absolute path below it",
-			cwd, p, Workspace, Workspace)
+	p, err := policy.InsideCwd(cwd)
+	if err != nil {
+		return "", &InputError{Msg: err.Error()}
 	}
 	return p, nil
 }
@@ -417,6 +407,7 @@ func TruncationMarker(dropped int64) string {
 type capture struct {
 	buf     []byte
 	dropped int64
+	max     int
 }
 
 // chunks recycles readAll's read buffers: two 64 KiB allocations per call
@@ -426,6 +417,7 @@ var chunks = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 // readAll reads r to its end (or until it is closed), keeping at most max
 // bytes: a command writing more never blocks on a full pipe.
 func (c *capture) readAll(r io.Reader, max int) {
+	c.max = max
 	cp := chunks.Get().(*[]byte)
 	defer chunks.Put(cp)
 	chunk := *cp
@@ -446,9 +438,14 @@ func (c *capture) readAll(r io.Reader, max int) {
 
 // text is the kept output as valid UTF-8, ending with the truncation
 // marker on a line of its own when something was dropped. A character cut
-// in half by the cap is dropped whole.
+// in half by the cap is dropped whole. The cap counts the text as JSON
+// encodes it (its form in a result): at most max bytes once escaped.
 func (c *capture) text() string {
 	b, dropped := c.buf, c.dropped
+	if n := jsonPrefix(b, c.max); n < len(b) {
+		dropped += int64(len(b) - n)
+		b = b[:n]
+	}
 	if dropped > 0 {
 		// Back up over an incomplete UTF-8 sequence at the cut.
 		for i := 1; i <= utf8.UTFMax && i <= len(b); i++ {
@@ -471,19 +468,72 @@ func (c *capture) text() string {
 	return s
 }
 
+// jsonPrefix returns the length of the longest prefix of b, whole
+// characters, that takes at most max bytes as a JSON string's contents;
+// max <= 0 means no limit.
+func jsonPrefix(b []byte, max int) int {
+	if max <= 0 || len(b)*6 <= max { // nothing takes more than 6
+		return len(b)
+	}
+	size := 0
+	for i := 0; i < len(b); {
+		r, w := utf8.DecodeRune(b[i:])
+		if size += jsonSize(r, w); size > max {
+			return i
+		}
+		i += w
+	}
+	return len(b)
+}
+
+// jsonSize is how many bytes a character (r, w bytes of UTF-8) takes in a
+// JSON string as encoding/json writes it, with HTML escaping, as the MCP
+// SDK marshals results: control characters, <, >, &, U+2028 and U+2029 as
+// \uXXXX; ", \, newline, return and tab as two; an invalid byte as U+FFFD.
+func jsonSize(r rune, w int) int {
+	switch {
+	case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
+		return 2
+	case r < 0x20 || r == '<' || r == '>' || r == '&' || r == '\u2028' || r == '\u2029':
+		return 6
+	case r == utf8.RuneError && w == 1:
+		return 3
+	}
+	return w
+}
+
 // FormatText renders r compactly for clients that read only text: the exit
 // status, then stdout, stderr and the policy events, each only when
 // non-empty.
-func FormatText(r RunCommandResult) string {
+func FormatText(r RunCommandResult) string { return FormatTextTail(r, 0) }
+
+// FormatTextTail is FormatText keeping at most the last tail bytes of
+// stdout and of stderr (from a line's start when there is one within
+// them), each header saying how much of how much; tail <= 0 keeps all. A
+// client that has the whole result as structured content gets the end of
+// the output, usually what matters, as text too without a second copy.
+func FormatTextTail(r RunCommandResult, tail int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "exit_code: %d", r.ExitCode)
 	if r.TimedOut {
 		b.WriteString(" (timed out)")
 	}
 	b.WriteString("\n")
-	section := func(name, body string) {
+	section := func(name, body string, cut bool) {
 		if body == "" {
 			return
+		}
+		if cut && tail > 0 && len(body) > tail {
+			total := len(body)
+			kept := body[len(body)-tail:]
+			if i := strings.IndexByte(kept, '\n'); i >= 0 && i < len(kept)-1 {
+				kept = kept[i+1:]
+			}
+			for len(kept) > 0 && !utf8.RuneStart(kept[0]) {
+				kept = kept[1:]
+			}
+			body = kept
+			name = fmt.Sprintf("%s (the last %d of %d bytes)", name, len(kept), total)
 		}
 		b.WriteString("--- " + name + " ---\n")
 		b.WriteString(body)
@@ -491,8 +541,8 @@ func FormatText(r RunCommandResult) string {
 			b.WriteString("\n")
 		}
 	}
-	section("stdout", r.Stdout)
-	section("stderr", r.Stderr)
-	section("policy_events", strings.Join(r.Events, "\n"))
+	section("stdout", r.Stdout, true)
+	section("stderr", r.Stderr, true)
+	section("policy_events", strings.Join(r.Events, "\n"), false)
 	return b.String()
 }

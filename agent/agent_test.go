@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"strings"
@@ -104,7 +106,7 @@ func TestEventsNeverNil(t *testing.T) {
 func TestTruncation(t *testing.T) {
 	f := &fakeExec{fn: func(req ExecRequest) (ExecResult, error) {
 		req.Stdout.WriteString(strings.Repeat("a", 100))
-		req.Stderr.WriteString("012345678\nabc")
+		req.Stderr.WriteString("01234567\nabc") // the newline is two bytes in JSON
 		return ExecResult{}, nil
 	}}
 	tool := &Tool{Exec: f, MaxOutput: 10}
@@ -116,7 +118,7 @@ func TestTruncation(t *testing.T) {
 		t.Fatalf("stdout %q (truncated %v), want %q", r.Stdout, r.StdoutTruncated, want)
 	}
 	// A cut right after a newline adds no blank line.
-	if want := "012345678\n[hutch: output truncated: 3 bytes dropped]\n"; r.Stderr != want || !r.StderrTruncated {
+	if want := "01234567\n[hutch: output truncated: 3 bytes dropped]\n"; r.Stderr != want || !r.StderrTruncated {
 		t.Fatalf("stderr %q, want %q", r.Stderr, want)
 	}
 }
@@ -432,5 +434,59 @@ func TestDescribe(t *testing.T) {
 	p.Network.Mode = policy.NetNone
 	if d := Describe(p, 4096); !strings.Contains(d, "Network: none") || !strings.Contains(d, "4 KiB") {
 		t.Errorf("network none / 4 KiB cap not described:\n%s", d)
+	}
+}
+
+// The cap counts the output as its JSON encoding (the result's form on the
+// wire): a NUL is six bytes there (\u0000), so a stream of NULs must not
+// make a result six times the cap. What is cut is counted as dropped.
+func TestTruncationCountsJSONEscapes(t *testing.T) {
+	const max = 1 << 20
+	f := &fakeExec{fn: func(req ExecRequest) (ExecResult, error) {
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); req.Stderr.Write([]byte(strings.Repeat("<&\"\n", 2<<20))) }()
+		req.Stdout.Write(make([]byte, 8<<20))
+		wg.Wait()
+		return ExecResult{}, nil
+	}}
+	r, err := runWithin(t, &Tool{Exec: f, MaxOutput: max}, RunCommandInput{Command: "x"}, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]string{"stdout": r.Stdout, "stderr": r.Stderr} {
+		b, _ := json.Marshal(s)
+		body, marker, _ := strings.Cut(s, "[hutch: output truncated: ")
+		eb, _ := json.Marshal(body)
+		if len(eb)-2 > max || len(eb)-2 < max-6 {
+			t.Errorf("%s: %d bytes as JSON before the marker (%d in all), want at most the cap %d and not much less", name, len(eb)-2, len(b)-2, max)
+		}
+		var dropped int
+		fmt.Sscanf(marker, "%d bytes dropped]", &dropped)
+		kept := len(body)
+		if name == "stdout" {
+			kept-- // the newline put before the marker (stderr's cut ends with one of its own)
+		}
+		if kept+dropped != 8<<20 {
+			t.Errorf("%s: %d bytes kept and %d dropped, want %d in all", name, kept, dropped, 8<<20)
+		}
+	}
+	if !r.StdoutTruncated || !r.StderrTruncated {
+		t.Errorf("truncated: %v, %v", r.StdoutTruncated, r.StderrTruncated)
+	}
+}
+
+func TestFormatTextTail(t *testing.T) {
+	r := RunCommandResult{Stdout: "line 1\nline 2\nline 3\n", Stderr: "short\n", ExitCode: 1, Events: []string{"hutch: a"}}
+	got := FormatTextTail(r, 10)
+	want := "exit_code: 1\n--- stdout (the last 7 of 21 bytes) ---\nline 3\n--- stderr ---\nshort\n--- policy_events ---\nhutch: a\n"
+	if got != want {
+		t.Fatalf("got\n%q\nwant\n%q", got, want)
+	}
+	if got, want := FormatTextTail(RunCommandResult{Stdout: "€€€€"}, 4), "exit_code: 0\n--- stdout (the last 3 of 12 bytes) ---\n€\n"; got != want {
+		t.Fatalf("got %q, want %q (whole characters)", got, want)
+	}
+	if FormatTextTail(r, 0) != FormatText(r) {
+		t.Fatal("FormatTextTail(r, 0) is not FormatText(r)")
 	}
 }

@@ -30,6 +30,11 @@ type HutchExecutor struct {
 	ExtraEnv []string
 	// Logger receives hutch's diagnostics; nil discards them.
 	Logger *slog.Logger
+	// ForwardSignals relays the SIGINT, SIGTERM, SIGHUP and SIGQUIT this
+	// process receives to the command while it runs (hutch.RunOptions'):
+	// for a command-line caller such as `hutch run --json`, not for a
+	// server with calls of its own.
+	ForwardSignals bool
 }
 
 // Run implements Executor.
@@ -56,17 +61,18 @@ func (e *HutchExecutor) Run(ctx context.Context, req ExecRequest) (ExecResult, e
 		logger = slog.New(slog.DiscardHandler)
 	}
 	res, err := hutch.Run(ctx, &hutch.RunOptions{
-		Policy:      p,
-		Argv:        req.Argv,
-		HostEnv:     env,
-		ExtraEnv:    e.ExtraEnv,
-		Cwd:         req.Cwd,
-		Stdin:       stdin,
-		Stdout:      req.Stdout,
-		Stderr:      req.Stderr,
-		Executable:  e.Executable,
-		SecurityLog: e.SecurityLog,
-		Logger:      logger,
+		Policy:         p,
+		Argv:           req.Argv,
+		HostEnv:        env,
+		ExtraEnv:       e.ExtraEnv,
+		Cwd:            req.Cwd,
+		Stdin:          stdin,
+		Stdout:         req.Stdout,
+		Stderr:         req.Stderr,
+		Executable:     e.Executable,
+		SecurityLog:    e.SecurityLog,
+		Logger:         logger,
+		ForwardSignals: e.ForwardSignals,
 	})
 	if err != nil {
 		return ExecResult{}, fmt.Errorf("cannot set up the sandbox: %w", err)

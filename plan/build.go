@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -302,15 +301,10 @@ func (sb *Sandbox) NewCommand(argv []string, cwd string, env, extra []string) (*
 }
 
 // Cwd is the working directory inside for c: absolute, or relative to the
-// workspace; "" is the workspace.
+// workspace; "" is the workspace. One outside the workspace is refused
+// (policy.InsideCwd: commands run in the workspace).
 func (sb *Sandbox) Cwd(c string) (string, error) {
-	if c == "" {
-		return sb.Workspace.Mount, nil
-	}
-	if !filepath.IsAbs(c) {
-		c = filepath.Join(sb.Workspace.Mount, c)
-	}
-	return filepath.Clean(c), nil
+	return policy.InsideCwd(c)
 }
 
 // CommandEnv is a command's environment: the policy's filter of the

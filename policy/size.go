@@ -105,11 +105,62 @@ func (s *Size) UnmarshalText(b []byte) error {
 // "10m", "1h30m", "1.5h", "500ms". It does not check the sign; Validate
 // requires durations in a policy to be positive.
 func ParseDuration(s string) (Duration, error) {
-	d, err := time.ParseDuration(strings.TrimSpace(s))
+	t := strings.TrimSpace(s)
+	d, err := time.ParseDuration(t)
 	if err != nil {
+		if durationSyntax(t) { // it has the form; its value does not fit
+			return 0, fmt.Errorf("bad duration %q: too large: durations go up to %dh (about 292 years)", s, math.MaxInt64/int64(time.Hour))
+		}
 		return 0, fmt.Errorf("bad duration %q: want a number with a unit ms, s, m or h (e.g. 30s, 10m, 1h30m)", s)
 	}
 	return Duration(d), nil
+}
+
+// durationSyntax reports whether s has time.ParseDuration's form: an
+// optional sign, then numbers (digits, maybe with a fraction), each with a
+// unit; or "0".
+func durationSyntax(s string) bool {
+	s = strings.TrimLeft(s, "+-")
+	if s == "0" {
+		return true
+	}
+	digit := func(c byte) bool { return c >= '0' && c <= '9' }
+	for first := true; first || s != ""; first = false {
+		i, digits := 0, 0
+		for ; i < len(s) && (digit(s[i]) || s[i] == '.'); i++ {
+			if digit(s[i]) {
+				digits++
+			}
+		}
+		if digits == 0 || strings.Count(s[:i], ".") > 1 {
+			return false
+		}
+		s = s[i:]
+		u := 0
+		for u < len(s) && !digit(s[u]) && s[u] != '.' {
+			u++
+		}
+		switch s[:u] {
+		case "ns", "us", "µs", "μs", "ms", "s", "m", "h":
+		default:
+			return false
+		}
+		s = s[u:]
+	}
+	return true
+}
+
+// MinTimeout is the shortest timeout hutch takes (--timeout,
+// resources.timeout): sessions carry timeouts in whole milliseconds.
+const MinTimeout = Duration(time.Millisecond)
+
+// CheckTimeout says what is wrong with d as a timeout: not at least
+// MinTimeout. The message says what is valid; callers name the flag or key.
+func CheckTimeout(d Duration) error {
+	if d < MinTimeout {
+		return fmt.Errorf("must be at least %s, e.g. 30s or 10m", MinTimeout)
+	}
+	return nil
 }
 
 // String prints d compactly: "10m" rather than "10m0s", "1h30m", "1h",

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -113,9 +114,15 @@ func TestParseDuration(t *testing.T) {
 			t.Errorf("Duration(%v).String() = %q; want %q", tc.want, s, tc.str)
 		}
 	}
-	_, err := ParseDuration("10 minutes")
-	want := `bad duration "10 minutes": want a number with a unit ms, s, m or h (e.g. 30s, 10m, 1h30m)`
-	if err == nil || err.Error() != want {
-		t.Errorf("ParseDuration(%q) error = %v; want %s", "10 minutes", err, want)
+	const syntax = "want a number with a unit ms, s, m or h (e.g. 30s, 10m, 1h30m)"
+	const overflow = "too large: durations go up to 2562047h (about 292 years)"
+	for in, why := range map[string]string{
+		"10 minutes": syntax, "10": syntax, "h": syntax, "1..5s": syntax, "1x": syntax, "": syntax,
+		"9999999999h": overflow, "2562048h": overflow, "1h9223372036854775807ns": overflow,
+	} {
+		_, err := ParseDuration(in)
+		if want := fmt.Sprintf("bad duration %q: %s", in, why); err == nil || err.Error() != want {
+			t.Errorf("ParseDuration(%q) error = %v; want %s", in, err, want)
+		}
 	}
 }

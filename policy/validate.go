@@ -170,8 +170,8 @@ func (v *validator) resources(r *Resources) {
 	if r.OpenFiles < MinOpenFiles || r.OpenFiles > MaxOpenFiles {
 		v.bad("resources.open_files", "must be between %d and %d, not %d", MinOpenFiles, MaxOpenFiles, r.OpenFiles)
 	}
-	if r.Timeout <= 0 {
-		v.bad("resources.timeout", "must be more than 0, not %s", r.Timeout)
+	if err := CheckTimeout(r.Timeout); err != nil {
+		v.bad("resources.timeout", "%v, not %s", err, r.Timeout)
 	}
 }
 

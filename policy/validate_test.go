@@ -70,7 +70,8 @@ func TestValidate(t *testing.T) {
 		{"pids", func(p *Policy) { p.Resources.Pids = 0 }, `resources.pids: must be between 1 and 4194304, not 0`},
 		{"file size", func(p *Policy) { p.Resources.FileSize = 1000 }, `resources.file_size: must be at least 1MiB, not 1000B`},
 		{"open files", func(p *Policy) { p.Resources.OpenFiles = 8 }, `resources.open_files: must be between 16 and 1048576, not 8`},
-		{"timeout", func(p *Policy) { p.Resources.Timeout = 0 }, `resources.timeout: must be more than 0, not 0s`},
+		{"timeout", func(p *Policy) { p.Resources.Timeout = 0 }, `resources.timeout: must be at least 1ms, e.g. 30s or 10m, not 0s`},
+		{"timeout below 1ms", func(p *Policy) { p.Resources.Timeout = Duration(999 * time.Microsecond) }, `resources.timeout: must be at least 1ms, e.g. 30s or 10m, not 999µs`},
 		{"network mode", func(p *Policy) { p.Network.Mode = "host" }, `network.mode: must be "proxy" or "none", not "host"`},
 		{"allow good", func(p *Policy) {
 			p.Network.Allow = []AllowEntry{

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -25,6 +27,10 @@ type Options struct {
 	// errno itself and reports the denial. Explicit rules whose errno is
 	// ENOSYS are quiet fallbacks and stay plain SCMP_ACT_ERRNO.
 	Notify bool
+	// Strict refuses a profile with syscall names this system does not
+	// know (otherwise skipped, and listed in Filter.Unknown): the policy's
+	// enforcement = "strict" refuses what it cannot apply.
+	Strict bool
 }
 
 // Denial says how the supervisor answers a notified syscall.
@@ -74,8 +80,15 @@ type Filter struct {
 	// order (conditional rules first); Lookup picks the one whose
 	// conditions match.
 	DenialRules map[uint32][]Denial `json:"denialRules"`
-	// Warnings lists rules that were skipped while compiling.
+	// Warnings lists what was skipped or ignored: the profile's own
+	// warnings (Profile.Warnings: unknown syscall names, ignored fields)
+	// and the rules skipped while compiling. A caller says them once per
+	// profile.
 	Warnings []string `json:"warnings,omitempty"`
+	// Unknown lists the rules' syscall names this system does not know,
+	// skipped ("$.syscalls[3].names[1]: unknown syscall \"foo\" skipped");
+	// they are in Warnings too. Options.Strict refuses them.
+	Unknown []string `json:"unknown,omitempty"`
 
 	// tables, when set, fills DefaultAction, DefaultErrno, Denials and
 	// DenialRules on the first Lookup (see LoadTablesLazily).
@@ -145,7 +158,10 @@ const (
 	bpfJA   = 0x05 // BPF_JMP | BPF_JA
 )
 
-// Compile compiles p to BPF with libseccomp.
+// Compile compiles p to BPF with libseccomp and refuses a profile under
+// which hutch's exec stage cannot start the command (see execStageNeeds),
+// naming the calls it lacks, and with opts.Strict one with syscall names
+// this system does not know.
 //
 // The filter checks the architecture first: syscalls of an ABI the profile
 // does not list (i386 via int 0x80, x32 on x86_64 unless listed) kill the
@@ -157,6 +173,23 @@ func Compile(p *Profile, opts Options) (*Filter, error) {
 	if p == nil {
 		return nil, errors.New("seccomp: nil profile")
 	}
+	f, err := compileUnchecked(p, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.checkExecStage(); err != nil {
+		return nil, err
+	}
+	if opts.Strict && len(f.Unknown) > 0 {
+		return nil, fmt.Errorf(`%s: strict enforcement refuses what it cannot apply: remove the name, or set enforcement = "best-effort"`,
+			strings.TrimSuffix(f.Unknown[0], " skipped"))
+	}
+	return f, nil
+}
+
+// compileUnchecked is Compile without the checks of what the profile
+// allows (tests of the rules' semantics use small profiles).
+func compileUnchecked(p *Profile, opts Options) (*Filter, error) {
 	notify, why := opts.Notify, ""
 	if notify {
 		if why = notifyUnavailable(); why != "" {
@@ -176,12 +209,8 @@ func Compile(p *Profile, opts Options) (*Filter, error) {
 		}
 	}
 	f.NotifyUnavailable = why
-	for _, name := range loaderSyscalls {
-		if !f.allows(name) {
-			f.Warnings = append(f.Warnings, fmt.Sprintf(
-				"the profile does not allow %s, which hutch's exec stage calls after loading the filter; the command may fail to start", name))
-		}
-	}
+	f.Unknown = p.unknownNames()
+	f.Warnings = append(slices.Clone(p.Warnings), f.Warnings...)
 	return f, nil
 }
 
@@ -256,29 +285,12 @@ func compile(p *Profile, notify bool) (*Filter, error) {
 	return f, nil
 }
 
-// loaderSyscalls are what hutch's exec stage (nsjail/execstage.c) calls
-// between loading the filter and the command's first instruction: hand
-// over the listener, close descriptors, free, report a failure, exec.
-var loaderSyscalls = []string{"sendmsg", "close", "close_range", "munmap", "write", "execve", "exit_group"}
-
 // allows reports whether the program lets the native syscall name through
 // (with zero arguments). Unknown names and foreign architectures count as
 // allowed: there is nothing to check.
 func (f *Filter) allows(name string) bool {
-	audit, ok := nativeAuditArch()
-	nr, _, known := resolveSyscall(name)
-	if !ok || !known || nr < 0 {
-		return true
-	}
-	v, _, err := evalBPF(f.BPF, seccompData{nr: nr, arch: audit})
-	if err != nil {
-		return false
-	}
-	switch v & unix.SECCOMP_RET_ACTION_FULL {
-	case unix.SECCOMP_RET_ALLOW, unix.SECCOMP_RET_LOG:
-		return true
-	}
-	return false
+	v, _ := f.verdictOn(name)
+	return v == allowed
 }
 
 // planned is a rule with its libseccomp action.

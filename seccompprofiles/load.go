@@ -29,6 +29,9 @@ type LoadOptions struct {
 	Notify bool
 	// WatchNetwork adds WatchNetwork's rules (needs Notify).
 	WatchNetwork bool
+	// Strict refuses a profile with syscall names this system does not
+	// know (Options.Strict).
+	Strict bool
 	// Store keeps compiled filters; nil compiles every time.
 	Store *store.Store
 	// Logger receives debug records of hits and misses; nil discards them.
@@ -36,7 +39,7 @@ type LoadOptions struct {
 }
 
 // entryFormat changes whenever an entry's meaning or layout does.
-const entryFormat = "hutch-seccomp-v2\x00"
+const entryFormat = "hutch-seccomp-v3\x00"
 
 // Load returns the compiled filter of o's profile: from the store when it
 // holds an intact entry of the same profile bytes, options, kernel and hutch
@@ -58,9 +61,9 @@ func Load(ctx context.Context, o LoadOptions) (*Filter, error) {
 	if name == "" || name == DefaultSource {
 		name, raw = DefaultSource, defaultJSON
 	} else {
-		b, err := os.ReadFile(name)
+		b, err := ReadFile(name)
 		if err != nil {
-			return nil, fmt.Errorf("seccomp profile %s: %w", name, err)
+			return nil, err // it names the profile
 		}
 		raw = b
 	}
@@ -90,7 +93,7 @@ func Load(ctx context.Context, o LoadOptions) (*Filter, error) {
 	if o.WatchNetwork {
 		prof = WatchNetwork(prof)
 	}
-	f, err := Compile(prof, Options{Notify: o.Notify})
+	f, err := Compile(prof, Options{Notify: o.Notify, Strict: o.Strict})
 	if err != nil {
 		return nil, fmt.Errorf("seccomp profile %s: %w", name, err)
 	}
@@ -116,7 +119,7 @@ func entryKey(raw []byte, o LoadOptions) string {
 	h.Write([]byte(entryFormat))
 	fmt.Fprintf(h, "%d:", len(raw))
 	h.Write(raw)
-	fmt.Fprintf(h, "\x00notify=%v watch=%v\x00", o.Notify, o.WatchNetwork)
+	fmt.Fprintf(h, "\x00notify=%v watch=%v strict=%v\x00", o.Notify, o.WatchNetwork, o.Strict)
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
 		h.Write(u.Release[:])
@@ -147,6 +150,7 @@ type entryTables struct {
 	DefaultAction string        `json:"defaultAction"`
 	DefaultErrno  int           `json:"defaultErrno"`
 	Warnings      []string      `json:"warnings,omitempty"`
+	Unknown       []string      `json:"unknown,omitempty"`
 	Reasons       []string      `json:"reasons"`
 	Denials       []entryDenial `json:"denials"`
 }
@@ -163,7 +167,7 @@ type entryDenial struct {
 
 func encodeEntry(f *Filter) ([]byte, error) {
 	t := entryTables{ProfileHash: f.ProfileHash, Arch: f.Arch, DefaultAction: f.DefaultAction,
-		DefaultErrno: f.DefaultErrno, Warnings: f.Warnings}
+		DefaultErrno: f.DefaultErrno, Warnings: f.Warnings, Unknown: f.Unknown}
 	reasons := map[string]int{}
 	nrs := make([]uint32, 0, len(f.DenialRules))
 	for nr := range f.DenialRules {
@@ -226,7 +230,7 @@ func decodeTables(b []byte) (*Filter, error) {
 		return nil, fmt.Errorf("corrupt entry: %w", err)
 	}
 	f := &Filter{ProfileHash: t.ProfileHash, Arch: t.Arch, DefaultAction: t.DefaultAction, DefaultErrno: t.DefaultErrno,
-		Warnings: t.Warnings, Denials: map[uint32]Denial{}, DenialRules: map[uint32][]Denial{}}
+		Warnings: t.Warnings, Unknown: t.Unknown, Denials: map[uint32]Denial{}, DenialRules: map[uint32][]Denial{}}
 	for _, c := range t.Denials {
 		if c.Reason < 0 || c.Reason >= len(t.Reasons) {
 			return nil, fmt.Errorf("corrupt entry: reason %d of %d", c.Reason, len(t.Reasons))

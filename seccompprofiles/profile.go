@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
+
+	"github.com/hutchsandbox/hutch/internal/readfile"
 )
 
 // Profile is a seccomp profile in the Docker/OCI JSON format. The JSON field
@@ -134,11 +135,29 @@ func (e *ProfileError) Error() string {
 	return fmt.Sprintf("seccomp profile %s: %s: %s", src, e.Path, e.Msg)
 }
 
-// LoadFile reads and parses the profile at path.
+// MaxProfileSize is the largest profile ReadFile reads: Docker's default
+// profile is ~20 KiB; this leaves room for any hand-made one.
+const MaxProfileSize = 4 << 20
+
+// ReadFile returns the contents of the profile at path: a regular file of
+// at most MaxProfileSize bytes (a device, a FIFO or a larger file is
+// refused, naming the file and the limit).
+func ReadFile(path string) ([]byte, error) {
+	return readfile.Read(path, "seccomp profile", MaxProfileSize)
+}
+
+// CheckFile refuses what ReadFile would refuse, without reading: a path
+// that exists and is not a regular file of at most MaxProfileSize bytes. A
+// missing file passes; reading it says so.
+func CheckFile(path string) error {
+	return readfile.Check(path, "seccomp profile", MaxProfileSize)
+}
+
+// LoadFile reads (see ReadFile) and parses the profile at path.
 func LoadFile(path string) (*Profile, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("seccomp profile %s: %w", path, err)
+		return nil, err
 	}
 	return Parse(data, path)
 }
@@ -167,7 +186,7 @@ func Parse(data []byte, source string) (*Profile, error) {
 		return nil, err
 	}
 	p.Source = source
-	p.Warnings = append(d.warnings, p.nameWarnings()...)
+	p.Warnings = append(d.warnings, p.unknownNames()...)
 	return p, nil
 }
 
@@ -611,9 +630,9 @@ func takesErrno(action string) bool {
 	return action == ActErrno || action == ActTrace || action == ActNotify
 }
 
-// nameWarnings lists the syscall names of applicable rules that neither
-// libseccomp nor hutch's table of recent syscalls knows.
-func (p *Profile) nameWarnings() []string {
+// unknownNames lists the syscall names of applicable rules that neither
+// libseccomp nor hutch's table of recent syscalls knows, as warnings.
+func (p *Profile) unknownNames() []string {
 	var w []string
 	for i := range p.Syscalls {
 		s := &p.Syscalls[i]

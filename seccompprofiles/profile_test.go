@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestParseDockerProfile(t *testing.T) {
@@ -333,6 +335,36 @@ func TestDescribeDockerProfile(t *testing.T) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("Describe output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// LoadFile and ReadFile read at most MaxProfileSize bytes, from a regular
+// file only (see TestLoadRefusesSpecialAndLargeFiles in package policy).
+func TestLoadFileRefusesSpecialAndLargeFiles(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.json")
+	if err := os.WriteFile(big, []byte(`{"defaultAction": "SCMP_ACT_ALLOW", "x": "`+strings.Repeat("x", MaxProfileSize)+`"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo.json")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, want string }{
+		{big, "seccomp profile " + big + " is larger than 4MiB, the most hutch reads"},
+		{fifo, "seccomp profile " + fifo + " is a FIFO, not a regular file: pass a file of at most 4MiB"},
+		{"/dev/zero", "seccomp profile /dev/zero is a character device, not a regular file: pass a file of at most 4MiB"},
+	} {
+		done := make(chan error, 1)
+		go func() { _, err := LoadFile(tc.path); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("LoadFile(%s) error = %v; want %s", tc.path, err, tc.want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("LoadFile(%s) did not return within 10s", tc.path)
 		}
 	}
 }

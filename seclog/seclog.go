@@ -74,12 +74,21 @@ func DefaultPath() string {
 }
 
 // Open appends to the log at path, creating it (0600) and its directory
-// (0700) if needed.
+// (0700) if needed, and rotates it at DefaultMaxSize keeping DefaultKeep
+// old files (see OpenRotating).
 func Open(path string) (*Log, error) {
+	return OpenRotating(path, Rotation{})
+}
+
+// OpenRotating is Open with the rotation rot: once the file holds
+// rot.MaxSize bytes it becomes PATH.1 (PATH.1 becomes PATH.2, and so on,
+// up to PATH.Keep; the oldest is removed) and a new file starts. It is
+// safe with other processes appending to the same log.
+func OpenRotating(path string, rot Rotation) (*Log, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("security log %s: create directory: %w", path, err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := openRotating(path, rot)
 	if err != nil {
 		return nil, fmt.Errorf("security log %s: %w (choose another file with --security-log)", path, err)
 	}

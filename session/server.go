@@ -162,6 +162,11 @@ func (s *Server) handle(ctx context.Context, c *net.UnixConn) {
 				continue
 			}
 			fds = fds[:3]
+			if err := checkExec(&req); err != nil {
+				closeFDs(fds)
+				send(c, &Reply{Op: "error", Error: err.Error()})
+				return
+			}
 			// An exec is the last request on its connection: the relay of
 			// signal requests owns the connection until it ends.
 			s.exec(ctx, c, &req, fds)
@@ -180,6 +185,19 @@ func (s *Server) handle(ctx context.Context, c *net.UnixConn) {
 			send(c, &Reply{Op: "error", Error: fmt.Sprintf("unknown request %q", req.Op)})
 		}
 	}
+}
+
+// checkExec refuses an exec request the session cannot honour as asked.
+// (Clients check their flags first; this is for any other client of the
+// socket.)
+func checkExec(req *Request) error {
+	switch {
+	case len(req.Argv) == 0:
+		return errors.New("exec request: argv is empty: name the command to run")
+	case req.TimeoutMS < 0:
+		return fmt.Errorf("exec request: timeout_ms %d: want a whole number of milliseconds, at least 1, or 0 for the policy's timeout", req.TimeoutMS)
+	}
+	return nil
 }
 
 func (s *Server) info() *Info {

@@ -21,3 +21,22 @@ func TestValidName(t *testing.T) {
 		t.Error("64 characters must be accepted")
 	}
 }
+
+// The server refuses an exec request it cannot honour instead of quietly
+// running the command under the policy's timeout.
+func TestCheckExecRequest(t *testing.T) {
+	for _, ok := range []Request{{Argv: []string{"true"}}, {Argv: []string{"true"}, TimeoutMS: 1}} {
+		if err := checkExec(&ok); err != nil {
+			t.Errorf("checkExec(%+v) = %v", ok, err)
+		}
+	}
+	for req, want := range map[*Request]string{
+		{Argv: []string{"true"}, TimeoutMS: -1}:    "exec request: timeout_ms -1: want a whole number of milliseconds, at least 1, or 0 for the policy's timeout",
+		{Argv: []string{"true"}, TimeoutMS: -1000}: "exec request: timeout_ms -1000: want a whole number of milliseconds, at least 1, or 0 for the policy's timeout",
+		{}: "exec request: argv is empty: name the command to run",
+	} {
+		if err := checkExec(req); err == nil || err.Error() != want {
+			t.Errorf("checkExec(%+v) = %v; want %s", *req, err, want)
+		}
+	}
+}

@@ -299,7 +299,7 @@ func TestExitStatuses(t *testing.T) {
 		{"notfound-path", []string{"--", "/nonexistent/cmd"}, 127, "hutch: command not found: /nonexistent/cmd does not exist inside the sandbox"},
 		{"cannot-exec", []string{"--", "/etc/hostname"}, 126, "hutch: cannot execute /etc/hostname: execute the command: permission denied"},
 		{"timeout", []string{"--timeout", "1s", "--", "sleep", "1000"}, 124, "hutch: timed out after 1s; the command and all its processes were killed"},
-		{"bad-flag", []string{"--no-such-flag", "--", "true"}, 125, "flag provided but not defined: -no-such-flag"},
+		{"bad-flag", []string{"--no-such-flag", "--", "true"}, 125, "flag provided but not defined: --no-such-flag (see hutch run --help)"},
 		{"bad-timeout", []string{"--timeout", "soon", "--", "true"}, 125, "--timeout"},
 		{"no-command", []string{}, 125, "hutch: no command given"},
 		{"bad-workspace", []string{"--workspace", "/nonexistent/ws", "--", "true"}, 125, "workspace /nonexistent/ws"},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -44,6 +45,7 @@ func printJSONResult(ctx context.Context, tool *agent.Tool, argv []string, cwd s
 func runJSON(c *cli.Context, p *policy.Policy, secLog *seclog.Log, logger *slog.Logger) error {
 	tool := &agent.Tool{Exec: &agent.HutchExecutor{
 		Policy: p, SecurityLog: secLog, HostEnv: os.Environ(), ExtraEnv: c.StringSlice("env"), Logger: logger,
+		ForwardSignals: true,
 	}}
 	return printJSONResult(c.Context, tool, c.Args().Slice(), c.String("cwd"), 0, false)
 }
@@ -69,15 +71,19 @@ func (e *clientExecutor) Run(ctx context.Context, req agent.ExecRequest) (agent.
 		if err != nil {
 			return agent.ExecResult{}, err
 		}
-		return (&agent.HutchExecutor{Policy: p, HostEnv: os.Environ(), ExtraEnv: e.extraEnv}).Run(ctx, req)
+		return (&agent.HutchExecutor{Policy: p, HostEnv: os.Environ(), ExtraEnv: e.extraEnv, ForwardSignals: true}).Run(ctx, req)
 	}
+	// Relayed to the command, as the plain `hutch exec` does.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, hutch.ForwardedSignals...)
+	defer signal.Stop(sigs)
 	stdin, err := os.Open(os.DevNull)
 	if err != nil {
 		return agent.ExecResult{}, err
 	}
 	defer stdin.Close()
 	rep, err := cl.Exec(&session.Request{Argv: req.Argv, Env: os.Environ(), ExtraEnv: e.extraEnv, Cwd: req.Cwd, TimeoutMS: req.Timeout.Milliseconds()},
-		stdin, req.Stdout, req.Stderr, nil)
+		stdin, req.Stdout, req.Stderr, sigs)
 	if err != nil {
 		return agent.ExecResult{}, err
 	}

@@ -87,6 +87,7 @@ func run(args []string) int {
 func newApp() *cli.App {
 	app := newAppUncached()
 	cacheFlagNames(app.Commands)
+	handleUsage(app)
 	return app
 }
 
@@ -99,10 +100,7 @@ func newAppUncached() *cli.App {
 		HideHelpCommand:      true,
 		EnableBashCompletion: false,
 		ExitErrHandler:       func(*cli.Context, error) {},
-		OnUsageError: func(c *cli.Context, err error, isSub bool) error {
-			return &exitError{hutch.ExitSetup, "hutch: " + err.Error() + " (see hutch " + c.Command.Name + " --help)"}
-		},
-		Commands: []*cli.Command{runCommand(), execCommand(), sessionCommand(), mcpCommand(), planCommand(), doctorCommand(), policyCommand(), seccompCommand()},
+		Commands:             []*cli.Command{runCommand(), execCommand(), sessionCommand(), mcpCommand(), planCommand(), doctorCommand(), policyCommand(), seccompCommand()},
 	}
 }
 
@@ -137,18 +135,17 @@ func effectivePolicy(c *cli.Context) (*policy.Policy, error) {
 		}
 		p = lp
 	}
+	fromFile := struct{ allow, readOnly int }{len(p.Network.Allow), len(p.Filesystem.ReadOnly)}
 	if v := c.String("workspace"); v != "" {
 		p.Filesystem.Workspace = v
 	}
 	if v := c.String("tooling"); v != "" {
 		p.Filesystem.Tooling = v
 	}
-	if v := c.String("timeout"); v != "" {
-		d, err := policy.ParseDuration(v)
-		if err != nil {
-			return nil, fmt.Errorf("--timeout: %w", err)
-		}
-		p.Resources.Timeout = d
+	if d, err := timeoutFlag(c); err != nil {
+		return nil, err
+	} else if d > 0 {
+		p.Resources.Timeout = policy.Duration(d)
 	}
 	if v := c.String("tmp-size"); v != "" {
 		s, err := policy.ParseSize(v)
@@ -204,9 +201,34 @@ func effectivePolicy(c *cli.Context) (*policy.Policy, error) {
 		return nil, err
 	}
 	if err := p.Validate(); err != nil {
-		return nil, fmt.Errorf("effective policy (after flags): %w", err)
+		return nil, nameFlags(c, err, fromFile)
+	}
+	// The sandbox reads the profile later; a device or a huge file must be
+	// refused before anything is set up.
+	if prof := p.Seccomp.Profile; prof != "" && prof != policy.SeccompDefault {
+		if err := seccompprofiles.CheckFile(prof); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
+}
+
+// timeoutFlag is --timeout of run and exec: 0 when not given; an error
+// naming the flag and what is valid when it does not parse or is shorter
+// than policy.MinTimeout.
+func timeoutFlag(c *cli.Context) (time.Duration, error) {
+	v := c.String("timeout")
+	if !c.IsSet("timeout") {
+		return 0, nil
+	}
+	d, err := policy.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("--timeout: %w", err)
+	}
+	if err := policy.CheckTimeout(d); err != nil {
+		return 0, fmt.Errorf("--timeout %s: %w", v, err)
+	}
+	return d.D(), nil
 }
 
 // allowFlag parses --allow HOST[:PORT][=ADDR[,ADDR]] (IPv6 literals in
@@ -253,6 +275,12 @@ func runCommand() *cli.Command {
 			defer pre.Discard()
 			if c.NArg() == 0 {
 				return &exitError{hutch.ExitSetup, "hutch: no command given: usage: hutch run [flags] -- COMMAND [ARG...]"}
+			}
+			if _, err := policy.InsideCwd(c.String("cwd")); err != nil {
+				return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+			}
+			if err := envFlag(c); err != nil {
+				return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 			}
 			p, err := effectivePolicy(c)
 			if err != nil {
@@ -405,6 +433,11 @@ func seccompCommand() *cli.Command {
 					}
 				}
 				fmt.Print(seccompprofiles.Describe(prof))
+				// What a run would refuse: a profile the exec stage cannot
+				// run under, unknown names under strict enforcement.
+				if _, err := seccompprofiles.Compile(prof, seccompprofiles.Options{Strict: p.Enforcement == policy.EnforceStrict}); err != nil {
+					return &exitError{1, fmt.Sprintf("hutch: seccomp profile %s is refused: %v", prof.Source, err)}
+				}
 				return nil
 			},
 		}},

@@ -62,6 +62,9 @@ func serveMCP(c *cli.Context) error {
 	if err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
+	if err := envFlag(c); err != nil {
+		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+	}
 	ws, err := hutch.ResolveWorkspace(p.Filesystem.Workspace)
 	if err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
@@ -186,16 +189,44 @@ func newMCPServer(lifetime context.Context, tool *agent.Tool, p *policy.Policy, 
 		if res.Events == nil {
 			res.Events = []string{} // an array, as the output schema says
 		}
-		structured, err := json.Marshal(res)
-		if err != nil {
-			return nil, fmt.Errorf("run_command: encode the result: %w", err)
-		}
-		return &mcp.CallToolResult{
-			Content:           []mcp.Content{&mcp.TextContent{Text: agent.FormatText(res)}},
-			StructuredContent: json.RawMessage(structured),
-		}, nil
+		return resultContent(req, res)
 	})
 	return server, nil
+}
+
+// mcpTextTail is how much of the end of stdout and of stderr the text
+// content repeats when the structured content has all of it.
+const mcpTextTail = 4 << 10
+
+// resultContent is a call's result as the client can take it, with the
+// output once (the tool caps it as JSON escapes it, so a response is at
+// most about twice the cap): for a client of protocol 2025-06-18 or later,
+// which knows structured content, the whole result is structured content
+// and the text is the compact form with the last mcpTextTail bytes of each
+// stream; for an older client, which reads only text, the text has it all.
+func resultContent(req *mcp.CallToolRequest, res agent.RunCommandResult) (*mcp.CallToolResult, error) {
+	if !knowsStructuredContent(req) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: agent.FormatText(res)}}}, nil
+	}
+	structured, err := json.Marshal(res)
+	if err != nil {
+		return nil, fmt.Errorf("run_command: encode the result: %w", err)
+	}
+	return &mcp.CallToolResult{
+		Content:           []mcp.Content{&mcp.TextContent{Text: agent.FormatTextTail(res, mcpTextTail)}},
+		StructuredContent: json.RawMessage(structured),
+	}, nil
+}
+
+// knowsStructuredContent reports whether the client negotiated a protocol
+// version with structured tool results (2025-06-18 and later; versions
+// are dates, so they compare as strings). Without a session, it does.
+func knowsStructuredContent(req *mcp.CallToolRequest) bool {
+	if req == nil || req.Session == nil {
+		return true
+	}
+	ip := req.Session.InitializeParams()
+	return ip == nil || ip.ProtocolVersion == "" || ip.ProtocolVersion >= "2025-06-18"
 }
 
 // decodeRunCommandInput decodes run_command's arguments strictly: a JSON

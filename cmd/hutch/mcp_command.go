@@ -9,7 +9,7 @@ import "github.com/urfave/cli/v2"
 func mcpCommand() *cli.Command {
 	flags := append(policyFlags(),
 		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "set `K=V` inside, or pass K through from the server's environment, for every command (repeatable)"},
-		&cli.StringFlag{Name: "max-output", Usage: "cap of the stdout and of the stderr returned per call, e.g. 256KiB (default 1MiB); the rest is dropped"},
+		&cli.StringFlag{Name: "max-output", Usage: "cap of the stdout and of the stderr returned per call, counted as JSON encodes them, e.g. 256KiB (default 1MiB); the rest is dropped"},
 		&cli.StringFlag{Name: "security-log", Usage: "append security events (JSON lines) to `FILE` (default: $XDG_STATE_HOME/hutch/security.log)"},
 		&cli.BoolFlag{Name: "debug", Usage: "debug logs on stderr"},
 	)

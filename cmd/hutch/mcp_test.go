@@ -249,3 +249,85 @@ func benchServerRaw(b *testing.B, tool *agent.Tool, line bool) {
 		}
 	}
 }
+
+// nulExec writes n NUL bytes to stdout and to stderr.
+type nulExec struct{ n int }
+
+func (e nulExec) Run(ctx context.Context, req agent.ExecRequest) (agent.ExecResult, error) {
+	done := make(chan struct{})
+	go func() { defer close(done); req.Stderr.Write(make([]byte, e.n)) }()
+	req.Stdout.Write(make([]byte, e.n))
+	<-done
+	return agent.ExecResult{SandboxID: "x"}, nil
+}
+
+// A result's size on the wire is capped after JSON escaping, and the output
+// goes once: 200 MB of NUL on stdout and stderr made a 25 MB response (six
+// bytes a NUL, text and structured content each with all of it).
+func TestMCPResponseSize(t *testing.T) {
+	const max = 1 << 20
+	for _, version := range []string{"2025-06-18", "2025-03-26"} {
+		t.Run(version, func(t *testing.T) {
+			ctx := context.Background()
+			lg := slog.New(slog.DiscardHandler)
+			srv, err := newMCPServer(ctx, &agent.Tool{Exec: nulExec{n: 16 << 20}, MaxOutput: max}, policy.Default(), max, lg, lg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inR, inW, _ := os.Pipe()
+			outR, outW, _ := os.Pipe()
+			defer inW.Close()
+			ss, err := srv.Connect(ctx, &lineTransport{r: inR, w: outW}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ss.Close()
+			lines := bufio.NewReaderSize(outR, 1<<20)
+			call := func(req string) []byte {
+				if _, err := inW.WriteString(req + "\n"); err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(req, `"id"`) {
+					return nil
+				}
+				line, err := lines.ReadBytes('\n')
+				if err != nil {
+					t.Fatal(err)
+				}
+				return line
+			}
+			call(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"` + version + `","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+			call(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+			line := call(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_command","arguments":{"command":"x"}}}`)
+			var resp struct {
+				Result struct {
+					Content []struct {
+						Text string `json:"text"`
+					} `json:"content"`
+					Structured *agent.RunCommandResult `json:"structuredContent"`
+				} `json:"result"`
+			}
+			if err := json.Unmarshal(line, &resp); err != nil || len(resp.Result.Content) != 1 {
+				t.Fatalf("response of %d bytes: %v", len(line), err)
+			}
+			text := resp.Result.Content[0].Text
+			if limit := 2*max + 64<<10; len(line) > limit {
+				t.Errorf("response of %d bytes, more than twice the cap and a little (%d)", len(line), limit)
+			}
+			if version < "2025-06-18" {
+				// No structured content in this protocol: the text has it all.
+				if resp.Result.Structured != nil || !strings.Contains(text, "--- stdout ---\n\x00\x00") || !strings.Contains(text, "bytes dropped]") {
+					t.Errorf("protocol %s: structured content %v, text %.80q...", version, resp.Result.Structured != nil, text)
+				}
+				return
+			}
+			s := resp.Result.Structured
+			if s == nil || !s.StdoutTruncated || !strings.HasSuffix(s.Stdout, "bytes dropped]\n") {
+				t.Fatalf("no structured content with the truncated output")
+			}
+			if !strings.Contains(text, "--- stdout (the last ") || len(text) > 3*mcpTextTail {
+				t.Errorf("text of %d bytes: %.120q; want the output's tail only", len(text), text)
+			}
+		})
+	}
+}

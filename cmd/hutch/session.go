@@ -72,7 +72,7 @@ func sessionStart(c *cli.Context) error {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
 	name := c.String("name")
-	if name == "" {
+	if !c.IsSet("name") { // --name "" is refused below, as exec and stop refuse it
 		name = "s-" + seclog.NewSandboxID()[:8]
 	}
 	if err := session.ValidName(name); err != nil {
@@ -272,13 +272,15 @@ func execAction(c *cli.Context) error {
 	if len(argv) == 0 {
 		return &exitError{hutch.ExitSetup, "hutch: usage: hutch exec NAME [--] COMMAND [ARG...]"}
 	}
-	var timeout time.Duration
-	if v := c.String("timeout"); v != "" {
-		d, err := policy.ParseDuration(v)
-		if err != nil {
-			return &exitError{hutch.ExitSetup, "hutch: --timeout: " + err.Error()}
-		}
-		timeout = d.D()
+	timeout, err := timeoutFlag(c)
+	if err != nil {
+		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+	}
+	if _, err := policy.InsideCwd(c.String("cwd")); err != nil {
+		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+	}
+	if err := envFlag(c); err != nil {
+		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
 	if c.Bool("json") {
 		return execJSON(c, name, argv, timeout)

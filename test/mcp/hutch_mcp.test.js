@@ -170,6 +170,20 @@ test('output beyond the cap is truncated with a marker', async () => {
   assert.ok(out.stdout.endsWith('a\n[hutch: output truncated: 51424 bytes dropped]\n'), out.stdout.slice(-100));
 });
 
+test('the cap counts the output as JSON escapes it, and the output comes once', async () => {
+  // A NUL is six bytes in JSON (\u0000): the kept output is a sixth of the
+  // cap in characters, and the text repeats only its end.
+  const { out, text } = await run({ command: 'head -c 20000000 /dev/zero; head -c 20000000 /dev/zero >&2' });
+  assert.equal(out.exit_code, 0, explain({ ...out, stdout: '', stderr: '' }));
+  for (const s of [out.stdout, out.stderr]) {
+    assert.match(s, /\n\[hutch: output truncated: \d+ bytes dropped\]\n$/);
+    assert.ok(JSON.stringify(s).length <= (1 << 20) + 100, `${JSON.stringify(s).length} bytes of JSON`);
+  }
+  assert.ok(out.stdout_truncated && out.stderr_truncated);
+  assert.match(text, /--- stdout \(the last \d+ of \d+ bytes\) ---/);
+  assert.ok(text.length < 16384, `text of ${text.length} characters`);
+});
+
 test('invalid input is a tool error with the reason', async () => {
   const res = await client.callTool({ name: 'run_command', arguments: { command: 'ls', cwd: '../etc' } });
   assert.equal(res.isError, true, JSON.stringify(res));
