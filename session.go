@@ -518,6 +518,11 @@ wait:
 	if info.Err == nil && info.ExecCode == 0 {
 		s.limits.Report(before, s.limits.Events(), info.Status, rec)
 	}
+	if s.o.one != nil {
+		// A one-off sandbox ends with its command: its teardown (the
+		// kernel's, of the pid namespace) runs beside the checks below.
+		s.sb.Kill()
+	}
 	s.reportRepos(rec)
 	res.Messages = append(res.Messages, rec.Summary()...)
 	if s.o.Timing {

@@ -15,11 +15,13 @@ package gitrepos
 import (
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -58,6 +60,13 @@ type Scan struct {
 	// Complete is false when the walk stopped at its budget: repositories
 	// deeper than it looked were not found.
 	Complete bool `json:"complete"`
+	// ctimes are the change times of the directories read, by relative
+	// path: a directory whose entries change gets a new one, and no
+	// process can set it back (utimensat sets mtime, not ctime), so a
+	// later walk reads only what changed (Watch); kids are the
+	// subdirectories each one had.
+	ctimes map[string]int64
+	kids   map[string][]string
 }
 
 // skip are directory names the walk does not enter.
@@ -67,20 +76,51 @@ var skip = map[string]bool{".git": true, "node_modules": true}
 // first, within b, and returns the repositories it found, the shallowest
 // first. It follows no symlink and changes nothing.
 func Find(ws string, b Budget) Scan {
-	var s Scan
+	s := Scan{ctimes: map[string]int64{}, kids: map[string][]string{}}
+	s.walk(ws, []string{""}, b, nil)
+	return s
+}
+
+// walk reads the directories of queue and those beneath them, within b;
+// known, when set, are directories read before whose change time is
+// unchanged: they are not read again, but their known subdirectories are
+// looked at.
+func (s *Scan) walk(ws string, queue []string, b Budget, known *Scan) {
 	deadline := time.Now().Add(b.Time)
-	queue := []string{""}
 	for len(queue) > 0 {
 		if s.Dirs >= b.Dirs || time.Now().After(deadline) {
-			return s
+			return
 		}
 		rel := queue[0]
 		queue = queue[1:]
-		ents, err := os.ReadDir(filepath.Join(ws, rel))
 		s.Dirs++
+		if known != nil {
+			if ct, ok := known.ctimes[rel]; ok && ctime(filepath.Join(ws, rel)) == ct {
+				// Unchanged: the same entries; its subdirectories may
+				// have changed.
+				s.ctimes[rel], s.kids[rel] = ct, known.kids[rel]
+				queue = append(queue, known.kids[rel]...)
+				continue
+			}
+		}
+		f, err := os.Open(filepath.Join(ws, rel))
 		if err != nil {
 			continue
 		}
+		var ct int64
+		if fi, err := f.Stat(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				ct = st.Ctim.Nano()
+			}
+		}
+		ents, err := f.ReadDir(-1)
+		f.Close()
+		if err != nil {
+			continue
+		}
+		slices.SortFunc(ents, func(a, b os.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+		s.ctimes[rel] = ct
+		var kids []string
 		for _, e := range ents {
 			name, child := e.Name(), filepath.Join(rel, e.Name())
 			if name == ".git" {
@@ -89,12 +129,22 @@ func Find(ws string, b Budget) Scan {
 				}
 			}
 			if e.IsDir() && !skip[name] {
-				queue = append(queue, child)
+				kids = append(kids, child)
 			}
 		}
+		s.kids[rel] = kids
+		queue = append(queue, kids...)
 	}
 	s.Complete = true
-	return s
+}
+
+// ctime is a path's change time (no symlink followed), 0 when unknown.
+func ctime(p string) int64 {
+	var st syscall.Stat_t
+	if syscall.Lstat(p, &st) != nil {
+		return 0
+	}
+	return st.Ctim.Nano()
 }
 
 // repoAt describes the .git entry dot (relative) of type t.
@@ -234,7 +284,10 @@ type Change struct {
 // started: the repositories found then, and the protected paths that were
 // missing.
 func NewWatch(ws string, start Scan, missing []string, b Budget) *Watch {
-	return &Watch{ws: ws, budget: b, seen: start, missing: slices.Clone(missing)}
+	seen := start
+	seen.Repos = slices.Clone(start.Repos)
+	seen.ctimes, seen.kids = maps.Clone(start.ctimes), maps.Clone(start.kids)
+	return &Watch{ws: ws, budget: b, seen: seen, missing: slices.Clone(missing)}
 }
 
 // Check returns what appeared since the sandbox started or the last Check,
@@ -252,12 +305,16 @@ func (w *Watch) Check() []Change {
 		}
 	}
 	w.missing = left
-	now := Find(w.ws, w.budget)
+	// Only what changed is read again (Scan.ctimes); a repository that was
+	// there stays known.
+	now := Scan{ctimes: map[string]int64{}, kids: map[string][]string{}}
+	now.walk(w.ws, []string{""}, w.budget, &w.seen)
 	for _, r := range New(w.seen, now) {
 		if !slices.ContainsFunc(out, func(c Change) bool { return c.Path == r.Dot }) {
 			out = append(out, Change{Path: r.Dot, Repo: true})
 		}
 	}
 	w.seen.Repos = append(w.seen.Repos, New(w.seen, now)...)
+	w.seen.ctimes, w.seen.kids = now.ctimes, now.kids
 	return out
 }

@@ -74,3 +74,18 @@ func TestWatch(t *testing.T) {
 		t.Errorf("reported twice: %+v", c)
 	}
 }
+
+// A directory whose entries changed is read again, whatever its mtime says:
+// the walk goes by change time, which no process can set back.
+func TestWatchSeesThroughMtimes(t *testing.T) {
+	ws := t.TempDir()
+	os.MkdirAll(filepath.Join(ws, "a", "b"), 0o755)
+	start := Find(ws, DefaultBudget)
+	w := NewWatch(ws, start, nil, DefaultBudget)
+	old, _ := os.Stat(filepath.Join(ws, "a", "b"))
+	write(t, filepath.Join(ws, "a", "b", "evil", ".git", "config"), "[core]\n\tfsmonitor = x\n")
+	os.Chtimes(filepath.Join(ws, "a", "b"), old.ModTime(), old.ModTime())
+	if c := w.Check(); len(c) != 1 || c[0].Path != "a/b/evil/.git" {
+		t.Errorf("a repository hidden behind a reset mtime: %+v", c)
+	}
+}
