@@ -339,8 +339,8 @@ func (c *outputCapture) finish(grace time.Duration) (cutOff bool) {
 func (c *outputCapture) discard() { c.finish(0) }
 
 // takeCapture returns the capture made ahead for a call, or makes one.
-// Making the pipes and registering their read ends with the poller took
-// ~35 us of each call's path here; a capture made ahead has never been
+// Making the pipes and registering their read ends with the poller is
+// kept off each call's path; a capture made ahead has never been
 // given to a sandbox, so nothing of an earlier call can write into it.
 func (t *Tool) takeCapture(max int) (*outputCapture, error) {
 	t.spareMu.Lock()

@@ -44,8 +44,7 @@ func (e *SessionExecutor) Run(ctx context.Context, req ExecRequest) (ExecResult,
 	if req.Fresh {
 		return e.Fresh.Run(ctx, req)
 	}
-	// One /dev/null for every call instead of an open and a close per call
-	// (~7 us here). The session passes the descriptor on; a command cannot
+	// One /dev/null for every call instead of an open and a close per call. The session passes the descriptor on; a command cannot
 	// change what it refers to.
 	e.nullOnce.Do(func() { e.null, e.nullErr = os.Open(os.DevNull) })
 	if e.nullErr != nil {

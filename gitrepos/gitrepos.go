@@ -7,7 +7,7 @@
 // core.hooksPath, filters, aliases, hooks): a sandbox that can write them
 // plants commands that the host user's next git command in that directory
 // runs, outside the sandbox. Finding repositories costs a walk of the
-// workspace's directories (~15 us each here), so the walk is bounded: at
+// workspace's directories (a read of each), so the walk is bounded: at
 // most Budget.Dirs directories, never into .git directories themselves nor
 // into node_modules (package managers keep no repositories there).
 package gitrepos

@@ -363,8 +363,8 @@ static void kill_all(pid_t self) {
 // report_end writes the end record on the status pipe: the wait status the
 // init will see for this reaper, "\n=STATUS\n". Nothing of the command is
 // left by then, so the init may report the command's end at once instead
-// of after this process has exited (its teardown, ~0.1 ms here, is then off
-// the caller's path).
+// of after this process has exited (its teardown is then off the caller's
+// path).
 //
 // The init, woken by the write, is often placed on this CPU; a spawned
 // command's reaper then yields it the CPU, or the init would wait for this

@@ -427,8 +427,8 @@ static void announce(struct proc *p) {
 // of its status pipe) and, when now is set, tells the supervisor. A
 // command from the spawner is announced when the supervisor asks
 // (HUTCH_OP_PIDS: it needs the pids only to attribute a seccomp
-// notification): a message on every command's path woke the supervisor
-// while the command started, ~35 us of each call here.
+// notification): a message on every command's path would wake the
+// supervisor while the command starts (docs/PERFORMANCE.md has the cost).
 static void add_proc(uint64_t id, pid_t pid, int status_fd, int now) {
 	fcntl(status_fd, F_SETFL, O_NONBLOCK);
 	struct proc *p = &procs[nprocs++];
@@ -633,8 +633,8 @@ static void place_request(const int *fds) {
 }
 
 // pretouch writes to the stack and heap a reaper will use, and runs the
-// code it will run, so that their page faults (~10 us each in this VM;
-// see hutch_reaper_pretouch) are taken while it waits, not while a command
+// code it will run, so that their page faults (see
+// hutch_reaper_pretouch) are taken while it waits, not while a command
 // starts: the request's parsing (memchr, the allocator's state: a block
 // too large for its per-thread cache goes through the arena), environ.
 __attribute__((noinline)) static void pretouch(unsigned char *buf) {
@@ -988,9 +988,8 @@ static void report_exit(const struct proc *p, int status) {
 	// reaper's children, a dead reaper's are the init's). With a session's
 	// spawner alive pid 1 always has a child, and telling it apart would
 	// take reading the kernel's list of pid 1's children (/proc) on every
-	// command's exit report, ~20 us: a session then says "not alone", which
-	// only defers the removal of its protected-path placeholders at close
-	// until the init is gone.
+	// command's exit report: a session then says "not alone", which only
+	// means that a session's close cannot assume nothing is left.
 	uint32_t alone = spawner_pid > 0 ? 0 : no_child_left();
 	hutch_wr_report(&in.out, HUTCH_OP_EXIT, p->id, status, code, eno, what, alone);
 	send_msg(&in.out, NULL, 0);
@@ -1213,7 +1212,7 @@ int hutch_parse_setup(struct hutch_rd *r, struct hutch_setup *s, const unsigned 
 // ---- plan hint -----------------------------------------------------------
 //
 // The supervisor plans the sandbox's root only once its Go runtime has
-// started, ~5 ms after a prestarted init is ready to build it. The prestart
+// started, well after a prestarted init is ready to build it. The prestart
 // constructor therefore hands the init, on fd 4 (argv[1] "--plan-hint"), the
 // plan that the supervisor stored in hutch's cache the last time it ran with
 // the same command line in the same directory. The init builds that root's
@@ -1333,7 +1332,7 @@ __attribute__((noreturn)) static void init_main(long entered, int with_hint) {
 	// process group), so no sandboxed code can reach the caller's terminal
 	// as its controlling one (TIOCSTI). One setsid per sandbox, here while
 	// the supervisor's runtime starts: each also makes a scheduler
-	// autogroup, ~0.1 ms with its teardown, which two per command cost.
+	// autogroup, which two per command would pay for.
 	setsid();
 
 	// What needs no policy happens while the supervisor's runtime starts.

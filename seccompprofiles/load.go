@@ -49,7 +49,7 @@ const entryFormat = "hutch-seccomp-v3\x00"
 // malformed file is always parsed and reported.
 //
 // An entry holds the program and, after it, the denial tables; a hit decodes
-// only the program, and the tables (~1 ms of JSON decoding in a fresh
+// only the program, and the tables (JSON reflection set-up in a fresh
 // process) when a command first hits a denial (LoadTablesLazily).
 func Load(ctx context.Context, o LoadOptions) (*Filter, error) {
 	log := o.Logger

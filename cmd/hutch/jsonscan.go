@@ -11,8 +11,8 @@ import (
 
 // The MCP server's hot path (a run_command request in, its answer out)
 // reads a few plain members of small JSON objects. encoding/json's
-// reflection-driven decoding of them cost ~75 us of a call's path here
-// (measured from the request's line to the handler); the helpers below
+// reflection-driven decoding of them is a measurable share of a quick
+// call (docs/PERFORMANCE.md, "Second paths"); the helpers below
 // take the common shapes directly and leave everything else (escapes,
 // nulls, repeated keys, other types) to the slow decoders, so that what
 // is accepted, and every error, stays theirs.

@@ -138,8 +138,7 @@ func serveMCP(c *cli.Context) error {
 // the typed mcp.AddTool would infer, and its arguments are decoded here:
 // the typed path unmarshals and validates the arguments against the schema
 // (each unmarshal allocating a 32 KiB buffer), then marshals, re-parses and
-// validates the result against the output schema, which priced a call at
-// ~0.4 ms of CPU and grew with the output (a megabyte of stdout was parsed
+// validates the result against the output schema, whose cost grew with the output (a megabyte of stdout was parsed
 // twice more). Decoding strictly (unknown fields, wrong types) and
 // Tool.Validate check the same things, with messages that name the field.
 func newMCPServer(lifetime context.Context, tool *agent.Tool, p *policy.Policy, maxOutput int, logger, sdkLogger *slog.Logger) (*mcp.Server, error) {

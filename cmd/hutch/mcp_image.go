@@ -5,7 +5,7 @@ package main
 // A binary built with the mcpimage tag (`make build`) does not link the MCP
 // server: the official SDK brings 50 packages (encoding/gob, a JSON Schema
 // implementation, net/http, OAuth, TLS) whose initialisation every hutch
-// process would pay at start, ~1 ms of each cold `hutch run`. It carries
+// process would pay at start, on every cold `hutch run`. It carries
 // instead, compressed, the image of a hutch binary built without the tag,
 // and `hutch mcp` runs that image from memory with the same arguments. The
 // image is written to a sealed memfd (so neither the server nor anything it

@@ -3,8 +3,7 @@
 // listening sockets whose first connection starts the egress proxy. The
 // waiting goroutine is parked; a blocking poll(2) would instead hold an OS
 // thread for as long as it waits, and each such thread costs a process
-// start (the runtime creates it) and its exit (the kernel tears it down),
-// ~0.1 ms apiece here.
+// start (the runtime creates it) and its exit (the kernel tears it down).
 package pollwait
 
 import (

@@ -1,7 +1,7 @@
 // The early start of `hutch run`'s init: a constructor that runs before the
 // Go runtime starts. When the command line is `hutch run ...`, it clones
 // the sandbox's init into its new namespaces right away, so that the init's
-// clone and exec (3-4 ms here) overlap with the Go runtime's start, the
+// clone and exec overlap with the Go runtime's start, the
 // CLI, the policy and the planning instead of following them.
 //
 // It does what nsjail.Launch does and nothing that depends on the policy:
@@ -156,7 +156,7 @@ __attribute__((noreturn)) static void child(int ctrl, uid_t uid, gid_t gid) {
 	if (write_file("/proc/self/gid_map", line) < 0)
 		fail(ctrl, "write /proc/self/gid_map");
 	// The other namespaces, made here rather than by the clone: creating
-	// them (the network namespace above all, ~1 ms) then costs this child's
+	// them (the network namespace above all) then costs this child's
 	// time, not the time of the hutch process, whose Go runtime is starting.
 	// Made by root of the new user namespace, they belong to it, as
 	// clone's would.
