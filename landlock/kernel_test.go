@@ -351,6 +351,7 @@ func TestKernelTCP(t *testing.T) {
 	allowed, other := listen(t), listen(t)
 	bindable := freePort(t)
 	r := baseRules(t)
+	r.TCP = true
 	r.ConnectTCP = []uint16{allowed}
 	r.BindTCP = []uint16{bindable}
 	rs := build(t, ABI(), r)
@@ -382,12 +383,22 @@ func TestKernelTCP(t *testing.T) {
 	}
 
 	// No ports listed: every TCP connect and bind is denied.
-	none := build(t, ABI(), baseRules(t))
+	nr := baseRules(t)
+	nr.TCP = true
+	none := build(t, ABI(), nr)
 	if got := none.probe(t, p("connect", allowed)); got != "EACCES" {
 		t.Errorf("connect with no ConnectTCP: %s, want EACCES", got)
 	}
 	if got := none.probe(t, p("bind", 0)); got != "EACCES" {
 		t.Errorf("bind with no BindTCP: %s, want EACCES", got)
+	}
+	// TCP not restricted: every port, ephemeral binds included.
+	open := build(t, ABI(), baseRules(t))
+	if got := open.probe(t, p("connect", other)); got != "ok" {
+		t.Errorf("connect without TCP rules: %s, want ok", got)
+	}
+	if got := open.probe(t, p("bind", 0)); got != "ok" {
+		t.Errorf("an ephemeral bind without TCP rules: %s, want ok", got)
 	}
 }
 
@@ -443,6 +454,7 @@ func TestKernelBestEffortOlderABI(t *testing.T) {
 	r := baseRules(t)
 	r.ReadOnly = append(r.ReadOnly, d+"/ro")
 	r.ScopeSignal = true
+	r.TCP = true
 
 	rs := build(t, 3, r)
 	if rs.rep.ABI != 3 {
@@ -488,7 +500,7 @@ func TestKernelStrictFullABI(t *testing.T) {
 	r := Rules{
 		ReadExec: []string{"/usr", "/bin", "/lib"}, ReadOnly: []string{"/etc", "/proc", "/dev"}, ListOnly: []string{"/"},
 		ReadWrite: []string{"/tmp"}, ReadWriteFiles: []string{"/dev/null", "/dev/pts"},
-		ConnectTCP: []uint16{3128}, ScopeAbstractUnix: true, ScopeSignal: true,
+		TCP: true, ConnectTCP: []uint16{3128}, ScopeAbstractUnix: true, ScopeSignal: true,
 	}
 	fd, rep, err := Build(r, true)
 	if err != nil {

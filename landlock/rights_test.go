@@ -55,7 +55,7 @@ func TestRightsPerABI(t *testing.T) {
 }
 
 func TestGapsPerABI(t *testing.T) {
-	r := Rules{ScopeSignal: true, ScopeAbstractUnix: true}
+	r := Rules{TCP: true, ScopeSignal: true, ScopeAbstractUnix: true}
 	want := map[int][]int{ // required gaps' NeedABI
 		1: {3, 4, 6, 6},
 		2: {3, 4, 6, 6},
@@ -99,9 +99,9 @@ func TestStrictErrors(t *testing.T) {
 	}{
 		{4, Rules{ScopeSignal: true},
 			`landlock: kernel Landlock ABI 4 cannot scope signals (needs ABI 6, Linux 6.12+); set enforcement = "best-effort" or upgrade the kernel`},
-		{3, Rules{},
+		{3, Rules{TCP: true},
 			`landlock: kernel Landlock ABI 3 cannot restrict TCP connect and bind (needs ABI 4, Linux 6.7+); set enforcement = "best-effort" or upgrade the kernel`},
-		{2, Rules{},
+		{2, Rules{TCP: true},
 			`landlock: kernel Landlock ABI 2 cannot restrict file truncation (needs ABI 3, Linux 6.2+), nor restrict TCP connect and bind (needs ABI 4, Linux 6.7+); set enforcement = "best-effort" or upgrade the kernel`},
 		{0, Rules{},
 			`landlock: this kernel has no usable Landlock (ABI 0: no usable Landlock), so it cannot restrict filesystem access, TCP or scopes (needs Linux 5.13+ with Landlock enabled); set enforcement = "best-effort" or enable Landlock (CONFIG_SECURITY_LANDLOCK=y and landlock in the lsm= boot parameter)`},

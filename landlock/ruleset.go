@@ -33,10 +33,16 @@ type Rules struct {
 	// truncated and ioctl'd but not created, removed or executed: the device
 	// nodes /dev/null, /dev/zero, /dev/tty, /dev/ptmx, and the /dev/pts tree.
 	ReadWriteFiles []string
-	// ConnectTCP lists the TCP ports the command may connect to (the egress
-	// proxy). Empty: no TCP connect at all.
+	// TCP restricts TCP connect and bind (Landlock ABI 4) to ConnectTCP and
+	// BindTCP. Without it Landlock leaves TCP alone: a sandbox in a network
+	// namespace of its own has only its own loopback to reach, where every
+	// port is its own (and the egress proxy the only way out).
+	TCP bool
+	// ConnectTCP lists the TCP ports the command may connect to, with TCP.
+	// Empty: no TCP connect at all.
 	ConnectTCP []uint16
-	// BindTCP lists the TCP ports the command may bind. Empty: no TCP bind.
+	// BindTCP lists the TCP ports the command may bind, with TCP. Empty: no
+	// TCP bind.
 	BindTCP []uint16
 	// ScopeAbstractUnix denies connecting to abstract unix sockets created
 	// outside the sandbox's Landlock domain.
@@ -166,7 +172,7 @@ func gaps(abi int, r Rules) (required []Gap, reported []string) {
 		required = append(required, Gap{What: "restrict file truncation", NeedABI: 3})
 		reported = append(reported, "file truncation is not restricted: any file the uid may write can be truncated, even outside the allowed paths; restricting it "+v(3))
 	}
-	if abi < 4 {
+	if abi < 4 && r.TCP {
 		required = append(required, Gap{What: "restrict TCP connect and bind", NeedABI: 4})
 		reported = append(reported, "TCP connect and bind are not restricted by Landlock (only by the network namespace); restricting them "+v(4))
 	}
@@ -246,6 +252,9 @@ func buildForABI(root, abi int, reason string, r Rules, strict bool) (int, Repor
 	}
 
 	rt := rightsFor(abi)
+	if !r.TCP {
+		rt.net = 0 // TCP not handled: every port allowed
+	}
 	// go-landlock passes the whole attribute struct, the fields of newer
 	// ABIs included; those are zero here (net before ABI 4, scoped before
 	// ABI 6, the quiet masks always), and the kernel accepts a larger

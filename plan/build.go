@@ -72,6 +72,10 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 		return nil, err
 	}
 	sb.Network = buildNetwork(p)
+	if len(p.Network.LocalPorts) > 0 {
+		sb.Warnings = append(sb.Warnings, Warning{Subject: "obsolete network.local_ports",
+			Message: "network.local_ports has no effect: every port on the sandbox's own loopback can be bound and connected to; remove the key"})
+	}
 	if sb.Network.Proxy != nil {
 		sb.Environment.Proxy = egress.Env(sb.Network.Proxy.HTTP, sb.Network.Proxy.SOCKS)
 	}
@@ -139,7 +143,6 @@ func buildNetwork(p *policy.Policy) Network {
 		Mode:               p.Network.Mode,
 		Allow:              slices.Clone(p.Network.Allow),
 		DiscoverRegistries: p.Network.DiscoverRegistries && p.Network.Mode == policy.NetProxy,
-		LocalPorts:         slices.Clone(p.Network.LocalPorts),
 	}
 	if p.Network.Mode == policy.NetProxy {
 		n.Proxy = &Proxy{HTTP: ProxyHTTPPort, SOCKS: ProxySOCKSPort, DNS: DNSPort}
@@ -150,8 +153,8 @@ func buildNetwork(p *policy.Policy) Network {
 // buildLandlock derives the ruleset from the mount plan: read+execute on
 // the tooling tree and extra read-only binds, read on /etc, /proc and /dev,
 // read-write on the workspace and the scratch mounts and the device nodes;
-// no TCP bind or connect beyond the proxy and the policy's local ports;
-// abstract unix sockets and signals scoped to the sandbox's own commands.
+// TCP left to the network namespace; abstract unix sockets and signals
+// scoped to the sandbox's own commands.
 func buildLandlock(p *policy.Policy, h *Host, sb *Sandbox) Landlock {
 	r := landlock.Rules{
 		ReadOnly:          []string{"/etc", "/proc", "/dev"},
@@ -169,13 +172,10 @@ func buildLandlock(p *policy.Policy, h *Host, sb *Sandbox) Landlock {
 			r.ReadExec = append(r.ReadExec, s.Target)
 		}
 	}
-	if px := sb.Network.Proxy; px != nil {
-		r.ConnectTCP = append(r.ConnectTCP, uint16(px.HTTP), uint16(px.SOCKS))
-	}
-	for _, port := range sb.Network.LocalPorts {
-		r.ConnectTCP = append(r.ConnectTCP, uint16(port))
-		r.BindTCP = append(r.BindTCP, uint16(port))
-	}
+	// TCP is left to the network namespace: the sandbox has its own
+	// loopback, whose every port is its own (test servers bind ephemeral
+	// ports), and no route out but the egress proxy. (r.TCP restricts TCP
+	// where a sandbox shares the host's network.)
 	_, notEnforced := landlock.Gaps(h.LandlockABI, r)
 	return Landlock{Rules: r, ABI: h.LandlockABI, Strict: p.Enforcement == policy.EnforceStrict, NotEnforced: notEnforced}
 }

@@ -182,8 +182,6 @@ type Network struct {
 	// DiscoverRegistries adds the registries the host's tools use to Allow
 	// when the first connection reaches the proxy.
 	DiscoverRegistries bool `json:"discover_registries"`
-	// LocalPorts are loopback TCP ports commands may bind and connect to.
-	LocalPorts []int `json:"local_ports,omitempty"`
 }
 
 // Proxy are the egress proxy's loopback ports inside the sandbox.

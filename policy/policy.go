@@ -135,9 +135,9 @@ type Network struct {
 	DiscoverRegistries bool `toml:"discover_registries"`
 	// Allow is the allowlist; every entry carries its reason.
 	Allow []AllowEntry `toml:"allow"`
-	// LocalPorts are loopback TCP ports inside the sandbox that commands
-	// may bind and connect to (a dev server and its tests). Landlock (ABI
-	// 4+) denies every other TCP bind and connect except the egress proxy.
+	// LocalPorts is obsolete and has no effect: every port on the
+	// sandbox's own loopback can be bound and connected to. It is still
+	// accepted so that older policies load; the plan warns about it.
 	LocalPorts []int `toml:"local_ports"`
 }
 

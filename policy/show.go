@@ -74,12 +74,10 @@ func (p *Policy) Marshal() ([]byte, error) {
 	w("mode = %s\n", q(n.Mode))
 	w("# Allow the package registries the host's tools are configured to use.\n")
 	w("discover_registries = %t\n", n.DiscoverRegistries)
-	w("# Loopback TCP ports inside the sandbox that commands may bind and connect to\n")
-	w("# (a dev server and its tests); Landlock denies every other TCP bind and connect.\n")
-	if len(n.LocalPorts) == 0 {
-		w("# local_ports = [3000, 8080]\n")
-	} else {
-		w("local_ports = %s\n", intArray(n.LocalPorts))
+	w("# Every port on the sandbox's own loopback can be bound and connected to\n")
+	w("# (a dev server and its tests, ephemeral ports included).\n")
+	if len(n.LocalPorts) > 0 {
+		w("# obsolete, no effect:\nlocal_ports = %s\n", intArray(n.LocalPorts))
 	}
 	if len(n.Allow) == 0 {
 		w("# Allowlist entries, any number of:\n")

@@ -152,15 +152,14 @@ func TestSeccompAndNoNewPrivsInStatus(t *testing.T) {
 }
 
 // Landlock holds where the mount layer alone would not: a file in the
-// sandbox's view but outside every grant is unreadable, TCP connect and
-// bind to ports the policy does not allow fail with EACCES, and pid 1
-// cannot be signalled.
+// sandbox's view but outside every grant is unreadable and pid 1 cannot
+// be signalled. TCP is left to the network namespace (TestLoopbackIsTheSandboxs).
 func TestLandlockRestrictions(t *testing.T) {
 	ws := userDir(t)
 	probeIn(t, ws)
-	r := sandboxSh(t, ws, `ls -a / | grep -c hutchenv; cat /.hutchenv 2>&1; python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); print("listening")' 2>&1 | tail -1; ./probe connect:8080 bind:8080 kill1`)
+	r := sandboxSh(t, ws, `ls -a / | grep -c hutchenv; cat /.hutchenv 2>&1; ./probe kill1`)
 	mustCode(t, r, 0)
-	for _, want := range []string{"1\n", "cat: /.hutchenv: Permission denied", "PermissionError", "connect:8080 EACCES", "bind:8080 EACCES", "kill1 EPERM"} {
+	for _, want := range []string{"1\n", "cat: /.hutchenv: Permission denied", "kill1 EPERM"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("missing %q in:\n%s", want, r.stdout)
 		}

@@ -78,6 +78,12 @@ func setup() (int, error) {
 	if err := os.Chown(stateDir, testUID, testGID); err != nil {
 		return 0, err
 	}
+	if asRoot {
+		// hutch as root (opts.root) keeps its state apart, root-owned.
+		if err := os.Mkdir(filepath.Join(stateDir, "root"), 0o700); err != nil {
+			return 0, err
+		}
+	}
 	rt := filepath.Join(stateDir, "run")
 	if err := os.Mkdir(rt, 0o700); err != nil {
 		return 0, err
@@ -138,6 +144,21 @@ type opts struct {
 	env        []string  // extra environment for hutch itself
 	extraFiles []*os.File
 	timeout    time.Duration
+	root       bool // run hutch as root (only when the suite runs as root)
+}
+
+// eachUser runs f once as the unprivileged test user (the rlimit backend
+// here: nothing is delegated to it) and, when the suite runs as root (CI),
+// once as root (the cgroup v1 backend on this host), with o.root set.
+func eachUser(t *testing.T, f func(t *testing.T, o opts)) {
+	t.Helper()
+	t.Run("user", func(t *testing.T) { f(t, opts{}) })
+	t.Run("root", func(t *testing.T) {
+		if !asRoot {
+			t.Skipf("hutch as root needs the suite to run as root; it runs as uid %d", os.Getuid())
+		}
+		f(t, opts{root: true})
+	})
 }
 
 // hutchCmd prepares hutch with args as the test user.
@@ -145,12 +166,16 @@ func hutchCmd(o opts, args ...string) *exec.Cmd {
 	cmd := exec.Command(hutchBin, args...)
 	cmd.Dir = o.dir
 	home := "/nonexistent"
+	state := stateDir
+	if o.root {
+		state = filepath.Join(stateDir, "root")
+	}
 	cmd.Env = append([]string{"PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home, "LANG=C.UTF-8",
-		"XDG_STATE_HOME=" + filepath.Join(stateDir, "state"), "XDG_CACHE_HOME=" + filepath.Join(stateDir, "cache"),
-		"XDG_RUNTIME_DIR=" + stateDir}, o.env...)
+		"XDG_STATE_HOME=" + filepath.Join(state, "state"), "XDG_CACHE_HOME=" + filepath.Join(state, "cache"),
+		"XDG_RUNTIME_DIR=" + state}, o.env...)
 	cmd.Stdin = o.stdin
 	cmd.ExtraFiles = o.extraFiles
-	if asRoot {
+	if asRoot && !o.root {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(testUID), Gid: uint32(testGID), NoSetGroups: true}}
 	}
 	return cmd

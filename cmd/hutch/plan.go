@@ -166,9 +166,6 @@ func printPlan(w io.Writer, sb *plan.Sandbox) {
 			item("allow the package registries the host's tools use (discovered at the first connection)")
 		}
 	}
-	if len(n.LocalPorts) > 0 {
-		item("local ports (bind and connect on loopback): %v", n.LocalPorts)
-	}
 	if sb.Process.Spawner {
 		sec("process", "a session's later commands start from a spawner (restrictions applied once)")
 	} else {
