@@ -149,6 +149,7 @@ func writeSynthEtc(dir string) error {
 		"hosts":         "127.0.0.1 localhost hutch\n::1 localhost\n",
 		"resolv.conf":   "nameserver 127.0.0.1\n",
 		"nsswitch.conf": "passwd: files\ngroup: files\nhosts: files dns\n",
+		"machine-id":    "0123456789abcdef0123456789abcdef\n",
 	}
 	for n, c := range files {
 		if err := os.WriteFile(filepath.Join(dir, n), []byte(c), 0o644); err != nil {
@@ -201,7 +202,8 @@ func runLoop(b *testing.B, e *env, argv ...string) {
 
 // BwrapArgs is the bubblewrap command line equivalent to hutch's default
 // mounts: read-only /usr (and /opt), the host's merged-/usr symlinks, the
-// curated /etc plus synthesized user files, private /proc, /dev, /tmp and
+// host's /etc with synthesized user files over it and its masked files
+// covered, private /proc, /dev, /tmp and
 // HOME, the workspace read-write at /workspace, a cleared environment,
 // uid 1000, every namespace unshared. bench/run.sh builds the same line.
 func BwrapArgs(ws, synthEtc string, argv ...string) []string {
@@ -218,21 +220,17 @@ func BwrapArgs(ws, synthEtc string, argv ...string) []string {
 			a = append(a, "--ro-bind", d, d)
 		}
 	}
-	a = append(a, "--dir", "/etc")
-	names := append([]string(nil), mounts.HostEtc...)
-	for _, g := range mounts.HostEtcGlobs {
-		m, _ := filepath.Glob("/etc/" + g)
-		for _, x := range m {
-			names = append(names, filepath.Base(x))
+	a = append(a, "--ro-bind", "/etc", "/etc")
+	regular := func(p string) bool { fi, err := os.Lstat(p); return err == nil && fi.Mode().IsRegular() }
+	for _, m := range mounts.EtcMask {
+		if regular("/etc/" + m.Path) {
+			a = append(a, "--ro-bind", "/dev/null", "/etc/"+m.Path)
 		}
 	}
-	for _, n := range names {
-		if _, err := os.Stat("/etc/" + n); err == nil {
-			a = append(a, "--ro-bind", "/etc/"+n, "/etc/"+n)
+	for _, n := range mounts.EtcSynthesized {
+		if regular("/etc/" + n) {
+			a = append(a, "--ro-bind", filepath.Join(synthEtc, n), "/etc/"+n)
 		}
-	}
-	for _, n := range []string{"passwd", "group", "hostname", "hosts", "resolv.conf", "nsswitch.conf"} {
-		a = append(a, "--ro-bind", filepath.Join(synthEtc, n), "/etc/"+n)
 	}
 	a = append(a, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
 		"--tmpfs", "/home/sandbox", "--bind", ws, "/workspace", "--chdir", "/workspace",

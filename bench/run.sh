@@ -91,6 +91,7 @@ printf 'hutch\n' >"$SYNTH/hostname"
 printf '127.0.0.1 localhost hutch\n::1 localhost\n' >"$SYNTH/hosts"
 printf 'nameserver 127.0.0.1\n' >"$SYNTH/resolv.conf"
 printf 'passwd: files\ngroup: files\nhosts: files dns\n' >"$SYNTH/nsswitch.conf"
+printf '0123456789abcdef0123456789abcdef\n' >"$SYNTH/machine-id"
 chmod 644 "$SYNTH"/*
 
 # A ~200-line C file for the compile benchmark.
@@ -180,9 +181,10 @@ fi
 warm
 
 # bwrap with mounts equivalent to hutch's default: ro /usr and /opt, the
-# host's /bin /lib /lib64 /sbin symlinks, the curated /etc (names from
-# mounts.HostEtc) plus synthesized user files, private /proc /dev /tmp and
-# HOME, the workspace rw at /workspace, cleared environment, uid 1000.
+# host's /bin /lib /lib64 /sbin symlinks, the host's /etc read-only with
+# synthesized user files over it (and /dev/null over the masked files that
+# exist here), private /proc /dev /tmp and HOME, the workspace rw at
+# /workspace, cleared environment, uid 1000.
 BWRAP=(bwrap --unshare-all --die-with-parent --new-session --uid 1000 --gid 1000 --hostname hutch)
 for d in /usr /bin /sbin /lib /lib32 /lib64 /libx32 /opt; do
 	if [ -L "$d" ]; then
@@ -191,16 +193,12 @@ for d in /usr /bin /sbin /lib /lib32 /lib64 /libx32 /opt; do
 		BWRAP+=(--ro-bind "$d" "$d")
 	fi
 done
-BWRAP+=(--dir /etc)
-for n in ld.so.cache ld.so.conf ld.so.conf.d ssl ca-certificates ca-certificates.conf pki \
-	alternatives localtime timezone os-release debian_version lsb-release protocols services \
-	mime.types magic magic.mime bash.bashrc inputrc profile environment.d perl gai.conf host.conf \
-	locale.alias locale.gen manpath.config gitattributes /etc/python3* /etc/gcc*; do
-	n=${n#/etc/}
-	[ -e "/etc/$n" ] && BWRAP+=(--ro-bind "/etc/$n" "/etc/$n")
+BWRAP+=(--ro-bind /etc /etc)
+for n in shadow shadow- gshadow gshadow- passwd- group- subuid subgid fstab crontab; do
+	[ -f "/etc/$n" ] && [ ! -L "/etc/$n" ] && BWRAP+=(--ro-bind /dev/null "/etc/$n")
 done
-for n in passwd group hostname hosts resolv.conf nsswitch.conf; do
-	BWRAP+=(--ro-bind "$SYNTH/$n" "/etc/$n")
+for n in passwd group hostname hosts resolv.conf nsswitch.conf machine-id; do
+	[ -f "/etc/$n" ] && [ ! -L "/etc/$n" ] && BWRAP+=(--ro-bind "$SYNTH/$n" "/etc/$n")
 done
 BWRAP+=(--proc /proc --dev /dev --tmpfs /tmp --tmpfs /home/sandbox --bind "$WS" /workspace
 	--chdir /workspace --clearenv --setenv PATH /usr/local/bin:/usr/bin:/bin --setenv HOME /home/sandbox --)

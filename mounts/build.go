@@ -45,30 +45,6 @@ var Devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/d
 // the same symlinks.
 var HostToolingDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"}
 
-// HostEtc is the curated part of the host's /etc that tooling mode "host"
-// exposes: what dynamic linking, TLS, time zones, shells and interpreters
-// need, and nothing of the host's users, secrets or services.
-var HostEtc = []string{
-	"ld.so.cache", "ld.so.conf", "ld.so.conf.d",
-	"ssl", "ca-certificates", "ca-certificates.conf", "pki",
-	"alternatives", "localtime", "timezone",
-	"os-release", "debian_version", "lsb-release",
-	"protocols", "services", "mime.types", "magic", "magic.mime",
-	"bash.bashrc", "inputrc", "profile", "environment.d",
-	"perl", "gai.conf", "host.conf", "locale.alias", "locale.gen",
-	"manpath.config", "gitattributes",
-}
-
-// HostEtcGlobs are patterns in the host's /etc exposed as well.
-var HostEtcGlobs = []string{"python3*", "gcc*"}
-
-// synthesized are the /etc names hutch writes itself.
-var synthesized = map[string]bool{
-	"passwd": true, "group": true, "hostname": true, "hosts": true,
-	"resolv.conf": true, "nsswitch.conf": true, "mtab": true,
-	"shadow": true, "gshadow": true, "subuid": true, "subgid": true,
-}
-
 // rootfsSkip are top-level names of a rootfs directory that hutch provides
 // itself rather than binding.
 var rootfsSkip = map[string]bool{
@@ -113,10 +89,9 @@ func Build(s *Spec) (*Plan, error) {
 	default:
 		return nil, fmt.Errorf("tooling %q: want \"host\" or \"rootfs:DIR\"", s.Tooling)
 	}
-	if err := addEtc(fsys, p, s, etcSrc); err != nil {
+	if err := addEtcTree(fsys, p, etcSrc); err != nil {
 		return nil, err
 	}
-
 	// /proc: the sandbox's own, with the entries that reveal or control the
 	// host kernel masked or read-only.
 	p.Add(Step{Kind: Proc, Target: "/proc", Why: "procfs of the sandbox's pid namespace"})
@@ -156,6 +131,12 @@ func Build(s *Spec) (*Plan, error) {
 	p.Add(Step{Kind: Mkdir, Target: "/run", Mode: 0o755})
 	p.Add(Step{Kind: Tmpfs, Target: s.Home, Mode: 0o755, Size: s.HomeSize, Why: "sandbox HOME"})
 
+	// The mask and the synthesized files, once the mounts a symlink in
+	// /etc may lead into are planned; the workspace and extra binds come
+	// after, so that they can tell nothing of /etc's resolution.
+	if err := addEtcFiles(fsys, p, s); err != nil {
+		return nil, err
+	}
 	p.Add(Step{Kind: Bind, Source: s.Workspace, Target: s.WorkspaceMount, Why: "workspace (read-write)"})
 	if s.Protected != nil {
 		p.Add(s.Protected.Steps...)
@@ -227,56 +208,6 @@ func addHostEntry(fsys HostFS, p *Plan, src, target, why string) error {
 		return nil
 	}
 	p.Add(Step{Kind: Bind, Source: src, Target: target, ReadOnly: true, Optional: true, Why: why})
-	return nil
-}
-
-func addEtc(fsys HostFS, p *Plan, s *Spec, etcSrc string) error {
-	p.Add(Step{Kind: Mkdir, Target: "/etc", Mode: 0o755})
-	var names []string
-	if etcSrc == "/etc" {
-		names = append(names, HostEtc...)
-		// One directory read for every glob (filepath.Glob reads it per
-		// pattern), of the names only.
-		ents, _ := fsys.ReadDirNames(etcSrc)
-		for _, e := range ents {
-			for _, g := range HostEtcGlobs {
-				if ok, _ := filepath.Match(g, e); ok {
-					names = append(names, e)
-					break
-				}
-			}
-		}
-	} else {
-		ents, err := fsys.ReadDirNames(etcSrc)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("tooling rootfs /etc: %w", err)
-		}
-		names = append(names, ents...)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if synthesized[n] {
-			continue
-		}
-		if err := addHostEntry(fsys, p, filepath.Join(etcSrc, n), "/etc/"+n, "tooling /etc"); err != nil {
-			return err
-		}
-	}
-	user := s.User
-	p.Add(
-		Step{Kind: File, Target: "/etc/passwd", Data: fmt.Sprintf(
-			"root:x:0:0:root:/root:/usr/sbin/nologin\n%s:x:%d:%d:hutch sandbox user:%s:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-			user, s.UID, s.GID, s.Home)},
-		Step{Kind: File, Target: "/etc/group", Data: fmt.Sprintf(
-			"root:x:0:\n%s:x:%d:\nnogroup:x:65534:\n", user, s.GID)},
-		Step{Kind: File, Target: "/etc/hostname", Data: s.Hostname + "\n"},
-		Step{Kind: File, Target: "/etc/hosts", Data: fmt.Sprintf(
-			"127.0.0.1\tlocalhost %s\n::1\tlocalhost ip6-localhost ip6-loopback\n", s.Hostname)},
-		// The supervisor answers DNS on the sandbox's loopback (and refuses).
-		Step{Kind: File, Target: "/etc/resolv.conf", Data: "nameserver 127.0.0.1\noptions attempts:1 timeout:1\n"},
-		Step{Kind: File, Target: "/etc/nsswitch.conf", Data: "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n"},
-		Step{Kind: Symlink, Target: "/etc/mtab", Data: "../proc/self/mounts"},
-	)
 	return nil
 }
 

@@ -42,9 +42,15 @@ func TestBuildHostPlan(t *testing.T) {
 	if s := find(p, Bind, "/mnt/osr"); s == nil || !s.ReadOnly {
 		t.Errorf("extra read-only bind: %+v", s)
 	}
-	pw := find(p, File, "/etc/passwd")
+	if s := find(p, Bind, "/etc"); s == nil || !s.ReadOnly || s.Source != "/etc" {
+		t.Errorf("/etc is not the host's, read-only: %+v", s)
+	}
+	pw := find(p, Cover, "/etc/passwd")
 	if pw == nil || !strings.Contains(pw.Data, "sandbox:x:1000:1000:") || strings.Contains(pw.Data, "/bin/bash\nroot") {
 		t.Errorf("/etc/passwd: %+v", pw)
+	}
+	if find(p, MaskFile, "/etc/shadow") == nil {
+		t.Error("/etc/shadow is not masked")
 	}
 	for _, secret := range []string{"/etc/shadow", "/etc/sudoers", "/etc/ssh", "/root", "/home", "/run/user"} {
 		for _, s := range p.Steps {

@@ -31,13 +31,19 @@ const (
 	Mkdir Kind = "mkdir"
 	// File writes Data to a new file at Target with Mode.
 	File Kind = "file"
+	// Cover binds a read-only file holding Data over the existing regular
+	// file Target (in a read-only tree, where nothing can be created): the
+	// synthesized /etc files. Target is resolved beneath the new root and
+	// must not be a symlink.
+	Cover Kind = "cover"
 	// Symlink creates Target as a symlink to Data.
 	Symlink Kind = "symlink"
 	// MaskFile covers the file Target with an empty, read-only file (the
-	// host's /dev/null), if Target exists.
+	// host's /dev/null), if Target exists. Target is resolved beneath the
+	// new root.
 	MaskFile Kind = "mask-file"
 	// MaskDir covers the directory Target with an empty read-only tmpfs, if
-	// Target exists.
+	// Target exists. Target is resolved beneath the new root.
 	MaskDir Kind = "mask-dir"
 	// ReadOnly makes the mount at Target read-only, if Target exists.
 	ReadOnly Kind = "ro"
@@ -87,6 +93,10 @@ type Plan struct {
 	// bind would copy the half-built root into the sandbox.
 	Stage string `json:"stage"`
 	Steps []Step `json:"steps"`
+	// Synthesized are the paths inside where the synthesized /etc files
+	// are (File or Cover steps), each with every symlink resolved: the
+	// sandbox reads them wherever /etc's symlinks lead.
+	Synthesized []string `json:"synthesized,omitempty"`
 }
 
 // Add appends steps to the plan.

@@ -108,7 +108,8 @@ enum {
 	HUTCH_STEP_SEAL = 13,
 	HUTCH_STEP_PROTECT = 14,
 	HUTCH_STEP_HIDE = 15,
-	HUTCH_STEP_KINDS = 15, // the highest kind
+	HUTCH_STEP_COVER = 16,
+	HUTCH_STEP_KINDS = 16, // the highest kind
 };
 
 // Step flags.

@@ -63,11 +63,14 @@ struct ex {
 	const char *stage;
 };
 
+// ex_fail records the error and returns -1, errno unchanged.
 __attribute__((format(printf, 2, 3))) static int ex_fail(struct ex *x, const char *fmt, ...) {
+	int e = errno;
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(x->err, x->errlen, fmt, ap);
 	va_end(ap);
+	errno = e;
 	return -1;
 }
 
@@ -213,6 +216,69 @@ static int open_beneath(struct ex *x, int root, const struct hutch_step *s) {
 	return (int)fd;
 }
 
+// write_all writes the string data to fd; -1 with errno on failure.
+static int write_all(int fd, const char *data) {
+	size_t len = strlen(data), off = 0;
+	while (off < len) {
+		ssize_t w = write(fd, data + off, len - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			if (w == 0)
+				errno = EIO;
+			return -1;
+		}
+		off += (size_t)w;
+	}
+	return 0;
+}
+
+// cover binds a file holding the step's data over the existing regular
+// file at its target, resolved beneath the new root. The data is written to
+// a file in the root tmpfs first, which is unlinked once bound: the mount
+// keeps it, and no name of it is left in the sandbox.
+static int cover(struct ex *x, int root, const struct hutch_step *s) {
+	int dst = open_beneath(x, root, s);
+	if (dst < 0)
+		return -1;
+	struct stat st;
+	if (fstat(dst, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(dst);
+		return ex_fail(x, "%s is not a regular file (it was when the plan was made; the tree changed since)", s->target);
+	}
+	static const char tmp[] = ".hutch-cover";
+	mode_t mode = s->mode ? s->mode : 0644;
+	int fd = openat(root, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode & 0777);
+	if (fd < 0) {
+		close(dst);
+		return ex_fail(x, "create %s in the new root: %s", tmp, es(errno));
+	}
+	if (write_all(fd, s->data) < 0) {
+		int e = errno;
+		close(fd);
+		close(dst);
+		unlinkat(root, tmp, 0);
+		return ex_fail(x, "write %s: %s", tmp, es(e));
+	}
+	char src[64], pb[64];
+	int rc = mount(fd_path(fd, src, sizeof src), fd_path(dst, pb, sizeof pb), "", MS_BIND, NULL);
+	int e = errno;
+	close(fd);
+	close(dst);
+	unlinkat(root, tmp, 0);
+	if (rc < 0)
+		return ex_fail(x, "bind over %s: %s", s->target, es(e));
+	// The new mount now sits on top of the target's dentry; reopen to reach it.
+	if ((dst = open_beneath(x, root, s)) < 0)
+		return -1;
+	rc = set_attr_at(dst, "", AT_EMPTY_PATH, H_MOUNT_ATTR_RDONLY | H_MOUNT_ATTR_NOSUID | H_MOUNT_ATTR_NODEV | H_MOUNT_ATTR_NOEXEC);
+	e = errno;
+	close(dst);
+	if (rc < 0)
+		return ex_fail(x, "mount_setattr %s: %s", s->target, es(e));
+	return 0;
+}
+
 static int apply(struct ex *x, int root, const struct hutch_step *s, int src, int devnull) {
 	char pb[64], opts[128];
 	const char *t = s->staged;
@@ -318,17 +384,10 @@ static int apply(struct ex *x, int root, const struct hutch_step *s, int src, in
 		int fd = open(t, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode & 07777);
 		if (fd < 0)
 			return ex_fail(x, "open %s: %s", t, es(errno));
-		size_t len = strlen(s->data), off = 0;
-		while (off < len) {
-			ssize_t w = write(fd, s->data + off, len - off);
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w <= 0) {
-				int e = w < 0 ? errno : EIO;
-				close(fd);
-				return ex_fail(x, "write %s: %s", t, es(e));
-			}
-			off += (size_t)w;
+		if (write_all(fd, s->data) < 0) {
+			int e = errno;
+			close(fd);
+			return ex_fail(x, "write %s: %s", t, es(e));
 		}
 		if (close(fd) < 0)
 			return ex_fail(x, "close %s: %s", t, es(errno));
@@ -341,19 +400,38 @@ static int apply(struct ex *x, int root, const struct hutch_step *s, int src, in
 			return ex_fail(x, "symlink %s %s: %s", s->data, t, es(errno));
 		return 0;
 	case HUTCH_STEP_MASK_FILE:
-		if (!exists(t))
-			return 0;
-		if (mount(fd_path(devnull, pb, sizeof pb), t, "", MS_BIND, NULL) < 0)
-			return ex_fail(x, "%s", es(errno));
-		if (set_attr(t, 0, H_MOUNT_ATTR_RDONLY | H_MOUNT_ATTR_NOSUID | H_MOUNT_ATTR_NOEXEC) < 0)
-			return ex_fail(x, "mount_setattr %s: %s", t, es(errno));
+	case HUTCH_STEP_MASK_DIR: {
+		// Resolved beneath the new root: a symlink in a tree (an /etc
+		// entry) cannot lead the mask onto a host path.
+		int fd = open_beneath(x, root, s);
+		if (fd < 0)
+			return errno == ENOENT ? 0 : -1;
+		struct stat st;
+		if (fstat(fd, &st) < 0 || S_ISLNK(st.st_mode)) {
+			close(fd);
+			return ex_fail(x, "%s is a symlink (it was not when the plan was made; the tree changed since)", s->target);
+		}
+		fd_path(fd, pb, sizeof pb);
+		int rc;
+		if (s->kind == HUTCH_STEP_MASK_FILE) {
+			rc = mount(fd_path(devnull, opts, sizeof opts), pb, "", MS_BIND, NULL);
+			if (rc == 0) {
+				close(fd);
+				if ((fd = open_beneath(x, root, s)) < 0)
+					return -1;
+				rc = set_attr_at(fd, "", AT_EMPTY_PATH, H_MOUNT_ATTR_RDONLY | H_MOUNT_ATTR_NOSUID | H_MOUNT_ATTR_NOEXEC);
+			}
+		} else {
+			rc = mount("tmpfs", pb, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME, "size=4096,nr_inodes=1,mode=0555");
+		}
+		int e = errno;
+		close(fd);
+		if (rc < 0)
+			return ex_fail(x, "%s", es(e));
 		return 0;
-	case HUTCH_STEP_MASK_DIR:
-		if (!exists(t))
-			return 0;
-		if (mount("tmpfs", t, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME, "size=4096,nr_inodes=1,mode=0555") < 0)
-			return ex_fail(x, "%s", es(errno));
-		return 0;
+	}
+	case HUTCH_STEP_COVER:
+		return cover(x, root, s);
 	case HUTCH_STEP_SEAL:
 		// Seal only ever targets a tmpfs hutch mounted itself (/dev), whose
 		// atime mode is not locked: noatime, as for the root.

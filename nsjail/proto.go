@@ -76,6 +76,9 @@ const maxPayload = int(C.HUTCH_MAX_PAYLOAD)
 // maxRlimits is the most resource limits a setup carries.
 const maxRlimits = int(C.HUTCH_MAX_RLIMITS)
 
+// maxStepKind is the highest step kind the C executor knows.
+const maxStepKind = uint32(C.HUTCH_STEP_KINDS)
+
 // stepKinds numbers the plan's step kinds for the C executor.
 var stepKinds = map[mounts.Kind]uint32{
 	mounts.Bind: C.HUTCH_STEP_BIND, mounts.Tmpfs: C.HUTCH_STEP_TMPFS, mounts.Proc: C.HUTCH_STEP_PROC,
@@ -83,6 +86,7 @@ var stepKinds = map[mounts.Kind]uint32{
 	mounts.File: C.HUTCH_STEP_FILE, mounts.Symlink: C.HUTCH_STEP_SYMLINK, mounts.MaskFile: C.HUTCH_STEP_MASK_FILE,
 	mounts.MaskDir: C.HUTCH_STEP_MASK_DIR, mounts.ReadOnly: C.HUTCH_STEP_RO, mounts.Pin: C.HUTCH_STEP_PIN,
 	mounts.Seal: C.HUTCH_STEP_SEAL, mounts.Protect: C.HUTCH_STEP_PROTECT, mounts.Hide: C.HUTCH_STEP_HIDE,
+	mounts.Cover: C.HUTCH_STEP_COVER,
 }
 
 // What a Ready message says of the plan hint.

@@ -172,12 +172,29 @@ func buildLandlock(p *policy.Policy, h *Host, sb *Sandbox) Landlock {
 			r.ReadExec = append(r.ReadExec, s.Target)
 		}
 	}
+	// A synthesized file where an /etc symlink leads into hutch's own root
+	// (/run/systemd/resolve/stub-resolv.conf) is readable there.
+	for _, f := range sb.Mounts.Synthesized {
+		if !strings.HasPrefix(f, "/etc/") && !underAny(f, r.ReadExec) {
+			r.ReadOnly = append(r.ReadOnly, f)
+		}
+	}
 	// TCP is left to the network namespace: the sandbox has its own
 	// loopback, whose every port is its own (test servers bind ephemeral
 	// ports), and no route out but the egress proxy. (r.TCP restricts TCP
 	// where a sandbox shares the host's network.)
 	_, notEnforced := landlock.Gaps(h.LandlockABI, r)
 	return Landlock{Rules: r, ABI: h.LandlockABI, Strict: p.Enforcement == policy.EnforceStrict, NotEnforced: notEnforced}
+}
+
+// underAny reports whether p is one of dirs or lies beneath one.
+func underAny(p string, dirs []string) bool {
+	for _, d := range dirs {
+		if p == d || strings.HasPrefix(p, strings.TrimSuffix(d, "/")+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // warning is the best-effort warning of a kernel whose Landlock ABI

@@ -28,8 +28,8 @@ const (
 // Tooling modes: filesystem.tooling is ToolingHost, or ToolingRootfs
 // followed by a directory.
 const (
-	// ToolingHost binds the host's /usr, /bin, /sbin, /lib*, /opt and a
-	// curated /etc read-only.
+	// ToolingHost binds the host's /usr, /bin, /sbin, /lib*, /opt and its
+	// /etc minus a mask (mounts.EtcMask) read-only.
 	ToolingHost = "host"
 	// ToolingRootfs, followed by a directory, binds that directory read-only
 	// as the sandbox's root.
@@ -81,8 +81,8 @@ type Sandbox struct {
 
 // Filesystem is the FILESYSTEM area.
 type Filesystem struct {
-	// Tooling is "host" (the host's /usr, /bin, /lib*, /opt and a curated /etc,
-	// read-only) or "rootfs:DIR" (DIR as the read-only root).
+	// Tooling is "host" (the host's /usr, /bin, /lib*, /opt and /etc minus
+	// a mask, read-only) or "rootfs:DIR" (DIR as the read-only root).
 	Tooling string `toml:"tooling"`
 	// Workspace is the host directory mounted read-write at /workspace.
 	// Empty means the current directory of the invoking process.

@@ -41,7 +41,7 @@ func (p *Policy) Marshal() ([]byte, error) {
 
 	f := &p.Filesystem
 	w("\n# FILESYSTEM: what the command sees.\n[filesystem]\n")
-	w("# %q: the host's /usr, /bin, /sbin, /lib*, /opt and a curated /etc, read-only.\n", ToolingHost)
+	w("# %q: the host's /usr, /bin, /sbin, /lib*, /opt and its /etc minus the mask, read-only.\n", ToolingHost)
 	w("# %q: DIR read-only as the root.\n", ToolingRootfs+"DIR")
 	w("tooling = %s\n", q(f.Tooling))
 	w("# Host directory mounted read-write at %s; \"\" is the current directory.\n", WorkspaceMount)

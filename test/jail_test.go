@@ -83,7 +83,7 @@ func TestHostIsInvisible(t *testing.T) {
 	secret := filepath.Join(secretDir, "secret.txt")
 	writeUserFile(t, secret, "TOPSECRET")
 	script := strings.Join([]string{
-		`for p in /etc/shadow /root ` + home + ` ` + home + `/.ssh/id_ed25519 ` + secret + ` ` + secretDir + ` /run/user /var/run /sys /boot; do`,
+		`for p in /root ` + home + ` ` + home + `/.ssh/id_ed25519 ` + secret + ` ` + secretDir + ` /run/user /var/run /sys /boot; do`,
 		`  if [ -e "$p" ]; then echo "VISIBLE $p"; fi`,
 		`done`,
 		`cat /etc/passwd`,
@@ -492,11 +492,22 @@ func TestRootfsTooling(t *testing.T) {
 	os.Symlink("usr/bin", filepath.Join(root, "bin"))
 	writeUserFile(t, filepath.Join(root, "etc", "os-release"), "ID=hutch-test-root\n")
 	writeUserFile(t, filepath.Join(root, "etc", "passwd"), "root:x:0:0:HOST-ROOTFS-PASSWD:/:/bin/sh\n")
+	// The /etc mask and the synthesized files, on a tree that has what
+	// this host lacks: keys, and resolv.conf a symlink into /run.
+	for _, f := range []string{"shadow", "ssh/ssh_host_ed25519_key", "ssl/private/server.pem"} {
+		writeUserFile(t, filepath.Join(root, "etc", f), "ROOTFS-SECRET\n")
+	}
+	writeUserFile(t, filepath.Join(root, "etc", "ssh", "ssh_config"), "Host *\n")
+	os.Symlink("../run/resolvconf/resolv.conf", filepath.Join(root, "etc", "resolv.conf"))
 	ws := userDir(t)
 	r := hutch(t, opts{dir: ws}, "run", "--tooling", "rootfs:"+root, "--", "/bin/sh", "-c",
-		`cat /etc/os-release; grep -c HOST-ROOTFS-PASSWD /etc/passwd; grep -c sandbox /etc/passwd; ls /usr/bin | wc -l; touch /usr/x 2>&1; [ -e /usr/bin/python3 ] && echo HOST-USR-VISIBLE; id -u`)
+		`cat /etc/os-release; grep -c HOST-ROOTFS-PASSWD /etc/passwd; grep -c sandbox /etc/passwd; ls /usr/bin | wc -l; touch /usr/x 2>&1; [ -e /usr/bin/python3 ] && echo HOST-USR-VISIBLE; id -u
+cat /etc/shadow /etc/ssh/ssh_host_ed25519_key /etc/ssl/private/server.pem 2>&1; ls /etc/ssl/private; cat /etc/ssh/ssh_config; cat /etc/resolv.conf`)
 	mustCode(t, r, 0)
-	for _, want := range []string{"ID=hutch-test-root", "\n0\n1\n", "Read-only file system", "1000"} {
+	if strings.Contains(r.stdout, "ROOTFS-SECRET") {
+		t.Errorf("a masked /etc file is readable:\n%s", r.stdout)
+	}
+	for _, want := range []string{"ID=hutch-test-root", "\n0\n1\n", "Read-only file system", "1000", "Host *\n", "nameserver 127.0.0.1\n"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("missing %q:\n%s\nstderr:\n%s", want, r.stdout, r.stderr)
 		}
