@@ -43,4 +43,9 @@ type Spawn struct {
 	// ViaSpawner: the session's spawner starts the command (it carries the
 	// shared restrictions and the seccomp listener already).
 	ViaSpawner bool `json:"via_spawner,omitempty"`
+	// Terminal: the command's stdio holds a terminal of its own (the
+	// sandbox's, Sandbox.OpenPTY), which becomes its controlling terminal;
+	// the command leads a session of its own instead of a process group in
+	// the sandbox's session.
+	Terminal bool `json:"terminal,omitempty"`
 }
