@@ -56,6 +56,8 @@ type SessionOptions struct {
 	// one is the command of a one-off sandbox (Run): the plan is made for
 	// it alone (its limits are its own, not a session's shared ones).
 	one *plan.Request
+	// oneStdio are that command's standard streams (nsjail.Setup.Stdio).
+	oneStdio []*os.File
 }
 
 // ExecOptions describes one command run in a session.
@@ -166,6 +168,7 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 		Policy: o.Policy, HostEnv: o.HostEnv, Executable: o.Executable,
 		SecurityLog: o.SecurityLog, Diagnostics: o.Stderr, Timing: o.Timing, Logger: o.Logger,
 		Prestarted: o.Prestarted, one: &plan.Request{Argv: o.Argv, Cwd: o.Cwd, ExtraEnv: o.ExtraEnv},
+		oneStdio: []*os.File{o.Stdin, o.Stdout, o.Stderr},
 	})
 	if err != nil {
 		return nil, err

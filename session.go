@@ -227,7 +227,7 @@ func (s *Session) start(ctx context.Context, t0 time.Time) error {
 		s.notifyCtx, s.notifyCancel = context.WithCancel(context.Background())
 	}
 	sctx, cancel := context.WithTimeout(ctx, initSetupBudget)
-	err = s.sb.Configure(sctx, &nsjail.Setup{Sandbox: sb, Rlimits: s.limits.Rlimits(), Seccomp: s.filter.BPF, Timing: o.Timing})
+	err = s.sb.Configure(sctx, &nsjail.Setup{Sandbox: sb, Rlimits: s.limits.Rlimits(), Seccomp: s.filter.BPF, Timing: o.Timing, Stdio: o.oneStdio})
 	cancel()
 	if err != nil {
 		return err

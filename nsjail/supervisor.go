@@ -429,7 +429,7 @@ func (s *Sandbox) configure(ctx context.Context, setup *Setup) error {
 		}
 	}
 	s.Ready = &Ready{PlanHint: hintState(r.m.Hint)}
-	err := s.landlock(setup.Sandbox.Landlock, r.fds[0])
+	err := s.landlock(setup.Sandbox.Landlock, r.fds[0], setup.Stdio)
 	s.mu.Lock()
 	s.root = r.fds[0] // for OpenPTY; closed with the sandbox
 	s.mu.Unlock()
@@ -445,12 +445,25 @@ func (s *Sandbox) configure(ctx context.Context, setup *Setup) error {
 }
 
 // landlock builds the Landlock ruleset beneath root, the sandbox's new
-// root as the init sees it (no sandboxed code has run yet), records what
+// root as the init sees it (no sandboxed code has run yet), with a rule
+// for each of stdio that is a file on the host (Setup.Stdio), records what
 // this kernel enforces, and hands the ruleset to the init, which gives it
 // to every command's exec stage.
-func (s *Sandbox) landlock(ll plan.Landlock, root int) error {
+func (s *Sandbox) landlock(ll plan.Landlock, root int, stdio []*os.File) error {
 	t0 := time.Now()
 	fd, rep, err := landlock.BuildBeneath(root, ll.Rules, ll.Strict)
+	for _, f := range stdio {
+		if err != nil || fd < 0 {
+			break
+		}
+		if f == nil {
+			continue
+		}
+		if _, ferr := landlock.AddOpenFileRule(fd, int(f.Fd())); ferr != nil {
+			unix.Close(fd)
+			return ferr
+		}
+	}
 	s.Ready.LandlockABI = rep.ABI
 	s.Ready.LandlockEnforced = rep.Enforced
 	s.Ready.LandlockNotEnforced = rep.NotEnforced
