@@ -155,8 +155,14 @@ func (p *onPTY) restored(t *testing.T) {
 // caller's window size, /dev/tty (its controlling terminal).
 const ttyScript = `tty; test -t 0 && echo tty-in; test -t 1 && echo tty-out; echo x >/dev/stderr; echo size $(stty size); echo y >/dev/tty && echo ctty`
 
-func checkTTYOutput(t *testing.T, out string) {
+// usableTerminal checks a run of ttyScript on a 33x101 terminal: exit 0,
+// what it shows, the terminal's modes of before.
+func usableTerminal(t *testing.T, p *onPTY) {
 	t.Helper()
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("exit %d, want 0; the terminal shows:\n%s", code, p.output())
+	}
+	out := p.output()
 	for _, want := range []string{"\n/dev/pts/", "tty-in\n", "tty-out\n", "\nx\n", "size 33 101\n", "\ny\nctty\n"} {
 		if !strings.Contains("\n"+out, want) {
 			t.Errorf("the terminal does not show %q:\n%s", want, out)
@@ -165,6 +171,7 @@ func checkTTYOutput(t *testing.T, out string) {
 	if strings.Contains(out, "not a tty") || strings.Contains(out, "denied") {
 		t.Errorf("the command found no usable terminal:\n%s", out)
 	}
+	p.restored(t)
 }
 
 // A command started from a terminal finds one: a /dev/pts name, isatty on
@@ -172,12 +179,7 @@ func checkTTYOutput(t *testing.T, out string) {
 // the caller's terminal modes are as before afterwards.
 func TestTerminalRun(t *testing.T) {
 	ws := userDir(t)
-	p := startOnPTY(t, opts{dir: ws}, 33, 101, "run", "--", "sh", "-c", ttyScript)
-	if code := p.wait(t); code != 0 {
-		t.Fatalf("exit %d, want 0; the terminal shows:\n%s", code, p.output())
-	}
-	checkTTYOutput(t, p.output())
-	p.restored(t)
+	usableTerminal(t, startOnPTY(t, opts{dir: ws}, 33, 101, "run", "--", "sh", "-c", ttyScript))
 }
 
 // The same with hutch run as root (the sandbox's uid maps to root outside).
@@ -188,12 +190,7 @@ func TestTerminalRunAsRoot(t *testing.T) {
 	cmd := exec.Command(hutchBin, "run", "--", "sh", "-c", ttyScript)
 	cmd.Dir = userDir(t)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "XDG_CACHE_HOME=" + filepath.Join(stateDir, "rootcache")}
-	p := startCmdOnPTY(t, cmd, 33, 101)
-	if code := p.wait(t); code != 0 {
-		t.Fatalf("exit %d, want 0; the terminal shows:\n%s", code, p.output())
-	}
-	checkTTYOutput(t, p.output())
-	p.restored(t)
+	usableTerminal(t, startCmdOnPTY(t, cmd, 33, 101))
 }
 
 // ^C typed on the terminal interrupts the command (exit 130): the caller's
@@ -254,17 +251,12 @@ func TestTerminalInput(t *testing.T) {
 func TestTerminalExec(t *testing.T) {
 	ws := userDir(t)
 	name := startSession(t, ws)
-	p := startOnPTY(t, opts{dir: ws}, 33, 101, "exec", name, "--", "sh", "-c", ttyScript)
-	if code := p.wait(t); code != 0 {
-		t.Fatalf("exit %d, want 0; the terminal shows:\n%s", code, p.output())
-	}
-	checkTTYOutput(t, p.output())
-	p.restored(t)
+	usableTerminal(t, startOnPTY(t, opts{dir: ws}, 33, 101, "exec", name, "--", "sh", "-c", ttyScript))
 
 	// Twice more, so that the spawner (and a reaper made ahead) start the
 	// command: ^C and the window size reach it the same way.
 	for i := 0; i < 2; i++ {
-		p = startOnPTY(t, opts{dir: ws}, 24, 80, "exec", name, "--", "sh", "-c",
+		p := startOnPTY(t, opts{dir: ws}, 24, 80, "exec", name, "--", "sh", "-c",
 			`trap 'echo resized $(stty size)' WINCH; echo ready; while :; do sleep 0.05; done`)
 		p.waitFor(t, "ready")
 		if err := unix.IoctlSetWinsize(int(p.master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 40, Col: 90}); err != nil {
@@ -306,16 +298,6 @@ func TestTerminalModesAfterSIGKILL(t *testing.T) {
 // the same terminal (the supervisor sends its slave again).
 func TestTerminalExecSpawnerGone(t *testing.T) {
 	ws := userDir(t)
-	name := startSession(t, ws)
-	warmSpawner(t, ws, name)
-	pid := spawnerPid(t, ws, name)
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("kill the spawner (host pid %d): %v", pid, err)
-	}
-	p := startOnPTY(t, opts{dir: ws}, 33, 101, "exec", name, "--", "sh", "-c", ttyScript)
-	if code := p.wait(t); code != 0 {
-		t.Fatalf("exit %d, want 0; the terminal shows:\n%s", code, p.output())
-	}
-	checkTTYOutput(t, p.output())
-	p.restored(t)
+	name := sessionWithoutSpawner(t, ws)
+	usableTerminal(t, startOnPTY(t, opts{dir: ws}, 33, 101, "exec", name, "--", "sh", "-c", ttyScript))
 }
