@@ -56,6 +56,8 @@ type SessionOptions struct {
 	// one is the command of a one-off sandbox (Run): the plan is made for
 	// it alone (its limits are its own, not a session's shared ones).
 	one *plan.Request
+	// oneStdio are that command's standard streams (nsjail.Setup.Stdio).
+	oneStdio []*os.File
 }
 
 // ExecOptions describes one command run in a session.
@@ -78,6 +80,12 @@ type ExecOptions struct {
 	Stdin, Stdout, Stderr *os.File
 	// Signals relays these signals to the command while it runs.
 	Signals <-chan os.Signal
+	// Terminal, when set (Session.NewTerminal), is the command's terminal:
+	// it replaces each of Stdin, Stdout and Stderr that is a terminal (the
+	// caller's), and the command leads a session of its own with it as
+	// its controlling terminal. The caller relays its Master (package
+	// terminal).
+	Terminal *Terminal
 }
 
 // Result is the outcome of one command.
@@ -117,9 +125,16 @@ type RunOptions struct {
 	// ForwardSignals relays SIGINT, SIGTERM, SIGHUP and SIGQUIT that hutch
 	// receives to the command.
 	ForwardSignals bool
-	Timing         bool
-	SecurityLog    *seclog.Log
-	Logger         *slog.Logger
+	// Terminal: when Stdin, Stdout or Stderr is a terminal, the command
+	// runs on a pseudo-terminal of the sandbox's own instead, relayed to
+	// it (package terminal: raw mode on the caller's terminal while the
+	// command runs and its stdin is the terminal, the window size followed,
+	// the modes restored at the end). The streams that are not terminals
+	// are passed as they are.
+	Terminal    bool
+	Timing      bool
+	SecurityLog *seclog.Log
+	Logger      *slog.Logger
 	// Prestarted: see SessionOptions.
 	Prestarted *nsjail.Prestarted
 }
@@ -153,6 +168,7 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 		Policy: o.Policy, HostEnv: o.HostEnv, Executable: o.Executable,
 		SecurityLog: o.SecurityLog, Diagnostics: o.Stderr, Timing: o.Timing, Logger: o.Logger,
 		Prestarted: o.Prestarted, one: &plan.Request{Argv: o.Argv, Cwd: o.Cwd, ExtraEnv: o.ExtraEnv},
+		oneStdio: []*os.File{o.Stdin, o.Stdout, o.Stderr},
 	})
 	if err != nil {
 		return nil, err
@@ -164,10 +180,20 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 		signal.Notify(sigs, ForwardedSignals...)
 		defer signal.Stop(sigs)
 	}
+	term, relay, err := runTerminal(sess, o)
+	if err != nil {
+		return nil, err
+	}
 	res, err := sess.Exec(ctx, &ExecOptions{
 		Argv: o.Argv, ExtraEnv: o.ExtraEnv, Cwd: o.Cwd,
-		Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr, Signals: sigs,
+		Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr, Signals: sigs, Terminal: term,
 	})
+	if relay != nil {
+		// What the command wrote last, then the caller's modes back.
+		if rerr := relay.Close(); rerr != nil && o.Logger != nil {
+			o.Logger.Warn("terminal", "err", rerr)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

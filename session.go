@@ -227,7 +227,7 @@ func (s *Session) start(ctx context.Context, t0 time.Time) error {
 		s.notifyCtx, s.notifyCancel = context.WithCancel(context.Background())
 	}
 	sctx, cancel := context.WithTimeout(ctx, initSetupBudget)
-	err = s.sb.Configure(sctx, &nsjail.Setup{Sandbox: sb, Rlimits: s.limits.Rlimits(), Seccomp: s.filter.BPF, Timing: o.Timing})
+	err = s.sb.Configure(sctx, &nsjail.Setup{Sandbox: sb, Rlimits: s.limits.Rlimits(), Seccomp: s.filter.BPF, Timing: o.Timing, Stdio: o.oneStdio})
 	cancel()
 	if err != nil {
 		return err
@@ -445,7 +445,11 @@ func (s *Session) Exec(ctx context.Context, o *ExecOptions) (*Result, error) {
 	stopWatch := s.rec.Watch(c.rec)
 	defer stopWatch()
 	before := s.limits.Events()
-	proc, err := s.sb.Exec(&nsjail.ExecRequest{Argv: o.Argv, Env: env, Cwd: cwd, Stdin: stdin, Stdout: stdout, Stderr: stderr, Tag: c})
+	req := &nsjail.ExecRequest{Argv: o.Argv, Env: env, Cwd: cwd, Stdin: stdin, Stdout: stdout, Stderr: stderr, Tag: c}
+	if o.Terminal != nil {
+		req.Terminal, req.TerminalStreams = o.Terminal.Master, streams(stdin, stdout, stderr)
+	}
+	proc, err := s.sb.Exec(req)
 	tSent := time.Now()
 	if err != nil {
 		return nil, &nsjail.SetupError{Op: "start the command", Err: err}

@@ -8,8 +8,8 @@
 // every command.
 //
 // It handles only the plain form, and only when everything is in order: a
-// valid session name, no options, open stdio, a private session directory,
-// a session that accepts the connection. In every other case it returns
+// valid session name, no options, open stdio none of which is a terminal,
+// a private session directory, a session that accepts the connection. In every other case it returns
 // and the Go implementation runs, which also owns every error message
 // about bad input. HUTCH_NO_FAST_EXEC=1 forces the Go path.
 //
@@ -477,8 +477,10 @@ __attribute__((constructor)) static void hutch_fast_exec(int argc, char **argv, 
 		return;
 	if (first >= argc || !valid_name(name))
 		return;
+	// A terminal among the stdio: the Go client relays it to a terminal
+	// of the sandbox's own (session.Client.Exec, package terminal).
 	for (int fd = 0; fd < 3; fd++)
-		if (fcntl(fd, F_GETFD) < 0)
+		if (fcntl(fd, F_GETFD) < 0 || isatty(fd))
 			return;
 
 	// Reserved, not touched: the pages a request uses are the only ones

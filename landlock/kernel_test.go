@@ -519,3 +519,44 @@ func TestRestrictSelfBadFD(t *testing.T) {
 		t.Error("RestrictSelf(-1) succeeded")
 	}
 }
+
+// AddOpenFileRule grants the file behind a descriptor what the descriptor
+// was opened for, wherever the file lies, and nothing to its neighbours.
+func TestKernelOpenFileRule(t *testing.T) {
+	requireABI(t, 3) // truncation is one of the rights
+	d := t.TempDir()
+	writeFile(t, d+"/out.log", "", 0o644)
+	writeFile(t, d+"/in.txt", "input\n", 0o644)
+	writeFile(t, d+"/other.txt", "other\n", 0o644)
+	rs := build(t, ABI(), baseRules(t))
+	w, err := os.OpenFile(d+"/out.log", os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	r, err := os.Open(d + "/in.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, f := range []*os.File{w, r} {
+		if ok, err := AddOpenFileRule(int(rs.f.Fd()), int(f.Fd())); !ok || err != nil {
+			t.Fatalf("AddOpenFileRule(%s) = %v, %v", f.Name(), ok, err)
+		}
+	}
+	rs.expectOK(t, "", "/bin/sh", "-c", "echo x >"+d+"/out.log") // write, truncate
+	rs.expectDenied(t, "/bin/sh", "-c", "cat "+d+"/out.log")     // opened for writing only
+	rs.expectOK(t, "input", "/bin/sh", "-c", "cat "+d+"/in.txt") // read
+	rs.expectDenied(t, "/bin/sh", "-c", "echo x >>"+d+"/in.txt") // opened for reading only
+	rs.expectDenied(t, "/bin/sh", "-c", "cat "+d+"/other.txt")   // a neighbour
+	if b, _ := os.ReadFile(d + "/out.log"); string(b) != "x\n" {
+		t.Errorf("out.log holds %q", b)
+	}
+	// Not for what has no path to check.
+	pr, pw, _ := os.Pipe()
+	defer pr.Close()
+	defer pw.Close()
+	if ok, err := AddOpenFileRule(int(rs.f.Fd()), int(pw.Fd())); ok || err != nil {
+		t.Errorf("AddOpenFileRule(pipe) = %v, %v; want no rule and no error", ok, err)
+	}
+}

@@ -406,3 +406,49 @@ func addPortRule(rulesetFD int, port uint16, access uint64) error {
 	}
 	return nil
 }
+
+// AddOpenFileRule grants, in the ruleset rulesetFD, the access the open
+// file fd was opened with (reading; writing and truncating) to the file
+// behind it, wherever it lies: a caller's standard stream that a command
+// may reopen through /dev/stdin, /dev/stdout or /dev/stderr. The kernel
+// reopens /proc/self/fd/N by the file's own path, which Landlock checks
+// like any other, so a file outside the sandbox's trees (the caller's
+// `> /tmp/out`) is otherwise refused, though the command holds it open.
+// The rule gives no more than the descriptor does. Only regular files and
+// named pipes get one (anonymous pipes and sockets are not checked by
+// path; terminals and devices are the sandbox's own); ok is false for
+// anything else, or when this kernel has no Landlock.
+func AddOpenFileRule(rulesetFD, fd int) (ok bool, err error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return false, fmt.Errorf("landlock: stat descriptor %d: %w", fd, err)
+	}
+	if t := st.Mode & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFIFO {
+		return false, nil
+	}
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		return false, fmt.Errorf("landlock: descriptor %d's mode: %w", fd, err)
+	}
+	abi, _ := kernelABI()
+	var want uint64
+	switch fl & unix.O_ACCMODE {
+	case unix.O_RDONLY:
+		want = ll.AccessFSReadFile
+	case unix.O_WRONLY:
+		want = ll.AccessFSWriteFile | fsTruncate
+	case unix.O_RDWR:
+		want = ll.AccessFSReadFile | ll.AccessFSWriteFile | fsTruncate
+	}
+	access := rightsFor(abi).fs & fileRights & want
+	if access == 0 {
+		return false, nil
+	}
+	if err := ll.LandlockAddPathBeneathRule(rulesetFD, &ll.PathBeneathAttr{AllowedAccess: access, ParentFd: fd}, 0); err != nil {
+		if err == unix.EBADFD {
+			return false, nil // on a file system Landlock does not take rules on
+		}
+		return false, fmt.Errorf("landlock: add rule for descriptor %d (access 0x%x): %w", fd, access, err)
+	}
+	return true, nil
+}

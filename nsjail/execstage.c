@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -400,12 +401,31 @@ __attribute__((noreturn)) static void mirror(int st) {
 	_exit(128 + sig);
 }
 
+// take_terminal makes the calling process (the command, before it
+// executes) the leader of a session of its own whose controlling terminal
+// is the first of its descriptors 0-2 that is a terminal: the pseudo-
+// terminal the supervisor made for it in the sandbox's devpts, never the
+// caller's (which the supervisor does not pass when it makes one). Its
+// process group is then the terminal's foreground group: what the line
+// discipline signals (^C, ^Z, a window size change) reaches it, and
+// /dev/tty opens its terminal. Returns -1 when it could not lead a session.
+static int take_terminal(void) {
+	if (setsid() < 0)
+		return -1;
+	for (int fd = 0; fd < 3; fd++)
+		if (ioctl(fd, TIOCSCTTY, 0) == 0)
+			break;
+	return 0;
+}
+
 // reaper starts the command as its child and stays: it relays signals to
 // the command's process group, and when the command exits (or the init
 // sends HUTCH_SIG_TERMINATE) it kills everything the command left behind
 // and exits with the command's status. This is how one exec in a shared
-// session sandbox is cleaned up without cgroups.
-__attribute__((noreturn)) static void reaper(const char *file, char **cargv) {
+// session sandbox is cleaned up without cgroups. With terminal, the
+// command leads a session of its own on its terminal (take_terminal); its
+// process group is the same as without (its pid), so relaying is too.
+__attribute__((noreturn)) static void reaper(const char *file, char **cargv, int terminal) {
 	sigset_t set, old;
 	sigemptyset(&set);
 	sigaddset(&set, SIGCHLD);
@@ -423,8 +443,10 @@ __attribute__((noreturn)) static void reaper(const char *file, char **cargv) {
 	if (pid == 0) {
 		sigprocmask(SIG_SETMASK, &old, NULL);
 		// Its own process group (the reaper relays signals to it), in
-		// the sandbox's session, which has no controlling terminal.
-		setpgid(0, 0);
+		// the sandbox's session, which has no controlling terminal; or,
+		// on a terminal of its own, its own session.
+		if (!terminal || take_terminal() < 0)
+			setpgid(0, 0);
 		execvpe(file, cargv, environ);
 		int e = errno;
 		hutch_fail((e == ENOENT || e == ENOTDIR) ? 127 : 126, e, "execute the command");
@@ -466,14 +488,14 @@ __attribute__((noreturn)) static void reaper(const char *file, char **cargv) {
 	}
 }
 
-void hutch_start_command(const char *cwd, char **argv, int yield) {
+void hutch_start_command(const char *cwd, char **argv, int yield, int terminal) {
 	// The channel is the command's status pipe; dup2 into its slot
 	// cleared close-on-exec.
 	fcntl(HUTCH_SLOT_CHANNEL, F_SETFD, FD_CLOEXEC);
 	yield_after_end = yield;
 	if (chdir(cwd) < 0)
 		hutch_fail(125, errno, "change to the working directory");
-	reaper(argv[0], argv);
+	reaper(argv[0], argv, terminal);
 }
 
 // A forked process takes a page fault on each page of code or read-only

@@ -75,6 +75,7 @@ enum {
 enum {
 	HUTCH_SPAWN_NOTIFY = 1,      // a 5th fd: the socket for the seccomp listener
 	HUTCH_SPAWN_VIA_SPAWNER = 2, // the session's spawner starts it
+	HUTCH_SPAWN_TERMINAL = 4,    // stdio holds the command's own terminal: it leads a session with it
 };
 
 // Spawner flags.
@@ -268,7 +269,14 @@ void hutch_fail(int code, int err, const char *what) __attribute__((noreturn));
 // process whose channel is the command's status pipe, and stays as its
 // reaper. It never returns. yield: the reaper yields the CPU after its end
 // record (only under the built-in seccomp profile, which allows sched_yield).
-void hutch_start_command(const char *cwd, char **argv, int yield) __attribute__((noreturn));
+// terminal (HUTCH_SPAWN_TERMINAL): the command leads a session of its own
+// whose controlling terminal is the first of its descriptors 0-2 that is
+// a terminal; otherwise it leads a process group in the sandbox's session.
+void hutch_start_command(const char *cwd, char **argv, int yield, int terminal) __attribute__((noreturn));
+
+// hutch_spawn_flags reads a spawn request's flags (HUTCH_SPAWN_*) from the
+// message as the supervisor sent it; 0 when it is short.
+uint32_t hutch_spawn_flags(const unsigned char *msg, size_t n);
 
 // hutch_reaper_pretouch touches ahead, in a reaper made ahead, what its
 // reaper code first touches once the command runs and once it ends.

@@ -391,7 +391,7 @@ static void close_from_fd(int fd) {
 // enters the nested user namespace that maps uid and gid to the init's 0
 // (the invoking host user), runs every hardening step and starts the
 // command as its reaper.
-__attribute__((noreturn)) static void child(int uid, int gid, const int src[HUTCH_SLOT_END], int notify) {
+__attribute__((noreturn)) static void child(int uid, int gid, const int src[HUTCH_SLOT_END], int notify, int terminal) {
 	prctl(PR_SET_NAME, HUTCH_NAME_REAPER, 0, 0, 0);
 	int ns = userns_fd >= 0 ? fcntl(userns_fd, F_DUPFD_CLOEXEC, 16) : -1;
 	place(src, HUTCH_SLOT_END);
@@ -413,7 +413,7 @@ __attribute__((noreturn)) static void child(int uid, int gid, const int src[HUTC
 	struct hutch_harden h = {.notify = notify, .rlimits = &in.setup.rlimits};
 	if (hutch_harden(&h, 0, HUTCH_HARDEN_STEPS) < 0)
 		hutch_fail(125, h.err, h.what);
-	hutch_start_command(cwd, argv, 0);
+	hutch_start_command(cwd, argv, 0, terminal);
 }
 
 // announce tells the supervisor a command's reaper pid (STARTED).
@@ -601,6 +601,14 @@ unsigned char *hutch_load_payload(int fd, size_t *n) {
 	return b;
 }
 
+uint32_t hutch_spawn_flags(const unsigned char *msg, size_t n) {
+	struct hutch_rd r = {msg, n, 0};
+	uint64_t id;
+	hutch_rd_header(&r, &id);
+	uint32_t flags = hutch_rd_u32(&r);
+	return r.bad ? 0 : flags;
+}
+
 // take_payload reads the spawn request's payload from its slot (placed) and
 // closes it; a payload that cannot be read or parsed is reported on the
 // status pipe and ends the process.
@@ -674,6 +682,7 @@ __attribute__((noreturn)) static void ready_main(unsigned char *buf) {
 	} while (n < 0 && errno == EINTR);
 	if (n < HUTCH_HEADER_SIZE || nfds != REQUEST_FDS)
 		_exit(0);
+	uint32_t flags = hutch_spawn_flags(buf, (size_t)n);
 	place_request(fds); // replaces the socket on the channel with the status pipe
 	if (failed)
 		hutch_fail(125, h.err, h.what);
@@ -681,7 +690,7 @@ __attribute__((noreturn)) static void ready_main(unsigned char *buf) {
 	char **argv;
 	take_payload(&cwd, &argv);
 	close_from_fd(HUTCH_SLOT_CHANNEL + 1);
-	hutch_start_command(cwd, argv, 1);
+	hutch_start_command(cwd, argv, 1, (flags & HUTCH_SPAWN_TERMINAL) != 0);
 }
 
 // make_ready forks a reaper ahead (a child of the init, like the others) and
@@ -742,7 +751,7 @@ __attribute__((noreturn)) static void spawner_main(unsigned char *buf) {
 			struct hutch_harden h = {.rlimits = &in.setup.rlimits};
 			if (hutch_harden(&h, HUTCH_HARDEN_SHARED, HUTCH_HARDEN_STEPS) < 0)
 				hutch_fail(125, h.err, h.what);
-			hutch_start_command(cwd, argv, 1);
+			hutch_start_command(cwd, argv, 1, (hutch_spawn_flags(buf, (size_t)n) & HUTCH_SPAWN_TERMINAL) != 0);
 		}
 		close_fds(fds, nfds);
 		int64_t v = pid > 0 ? pid : -(int64_t)errno;
@@ -905,7 +914,7 @@ static void do_spawn(uint64_t id, struct hutch_rd *r, const unsigned char *raw, 
 		notify = 0;
 	pid_t pid = fork();
 	if (pid == 0)
-		child((int)in.setup.uid, (int)in.setup.gid, src, notify);
+		child((int)in.setup.uid, (int)in.setup.gid, src, notify, (flags & HUTCH_SPAWN_TERMINAL) != 0);
 	close(pr[1]);
 	if (pid < 0) {
 		char eb[128], msg[256];

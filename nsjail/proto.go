@@ -64,6 +64,7 @@ const (
 	setupTiming     = uint32(C.HUTCH_SETUP_TIMING)
 	spawnNotify     = uint32(C.HUTCH_SPAWN_NOTIFY)
 	spawnViaSpawner = uint32(C.HUTCH_SPAWN_VIA_SPAWNER) // the session's spawner starts the command
+	spawnTerminal   = uint32(C.HUTCH_SPAWN_TERMINAL)    // the command leads a session on its terminal
 	spawnerNotify   = uint32(C.HUTCH_SPAWNER_NOTIFY)
 	stepfReadOnly   = uint32(C.HUTCH_STEPF_RO)
 	stepfOptional   = uint32(C.HUTCH_STEPF_OPTIONAL)
@@ -222,6 +223,9 @@ func (m *message) encode() ([]byte, error) {
 		}
 		if sp.ViaSpawner {
 			fl |= spawnViaSpawner
+		}
+		if sp.Terminal {
+			fl |= spawnTerminal
 		}
 		e.u32(fl) // the rest travels in the payload (encodePayload)
 	case opSignal:

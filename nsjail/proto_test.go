@@ -88,6 +88,7 @@ func TestEncodeSpawnerFlags(t *testing.T) {
 	}{
 		{&message{Op: opSpawn, Spawn: &Spawn{Argv: []string{"true"}, ViaSpawner: true}}, spawnViaSpawner},
 		{&message{Op: opSpawn, Spawn: &Spawn{Argv: []string{"true"}, Notify: true}}, spawnNotify},
+		{&message{Op: opSpawn, Spawn: &Spawn{Argv: []string{"true"}, Terminal: true, ViaSpawner: true}}, spawnTerminal | spawnViaSpawner},
 		{&message{Op: opSpawner, SpawnerNotify: true}, spawnerNotify},
 		{&message{Op: opSpawner}, 0},
 	} {

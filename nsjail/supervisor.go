@@ -110,7 +110,11 @@ type Sandbox struct {
 	spawnerMu    sync.Mutex
 	spawnerReply chan *message
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// root is an O_PATH descriptor of the sandbox's root as the init
+	// built it (its READY message), or -1: where OpenPTY finds the
+	// sandbox's devpts.
+	root   int
 	alone  bool // the last exit report said no sandboxed process was left
 	nextID uint64
 	procs  map[uint64]*Process
@@ -262,6 +266,7 @@ func newSandbox(ctrl *os.File, cfg *Config) (*Sandbox, error) {
 		release:      make(chan struct{}),
 		procs:        map[uint64]*Process{},
 		spawnerReply: make(chan *message, 1),
+		root:         -1,
 	}, nil
 }
 
@@ -424,8 +429,10 @@ func (s *Sandbox) configure(ctx context.Context, setup *Setup) error {
 		}
 	}
 	s.Ready = &Ready{PlanHint: hintState(r.m.Hint)}
-	err := s.landlock(setup.Sandbox.Landlock, r.fds[0])
-	unix.Close(r.fds[0])
+	err := s.landlock(setup.Sandbox.Landlock, r.fds[0], setup.Stdio)
+	s.mu.Lock()
+	s.root = r.fds[0] // for OpenPTY; closed with the sandbox
+	s.mu.Unlock()
 	if err != nil {
 		for _, f := range s.ProxyFiles {
 			f.Close()
@@ -438,12 +445,25 @@ func (s *Sandbox) configure(ctx context.Context, setup *Setup) error {
 }
 
 // landlock builds the Landlock ruleset beneath root, the sandbox's new
-// root as the init sees it (no sandboxed code has run yet), records what
+// root as the init sees it (no sandboxed code has run yet), with a rule
+// for each of stdio that is a file on the host (Setup.Stdio), records what
 // this kernel enforces, and hands the ruleset to the init, which gives it
 // to every command's exec stage.
-func (s *Sandbox) landlock(ll plan.Landlock, root int) error {
+func (s *Sandbox) landlock(ll plan.Landlock, root int, stdio []*os.File) error {
 	t0 := time.Now()
 	fd, rep, err := landlock.BuildBeneath(root, ll.Rules, ll.Strict)
+	for _, f := range stdio {
+		if err != nil || fd < 0 {
+			break
+		}
+		if f == nil {
+			continue
+		}
+		if _, ferr := landlock.AddOpenFileRule(fd, int(f.Fd())); ferr != nil {
+			unix.Close(fd)
+			return ferr
+		}
+	}
 	s.Ready.LandlockABI = rep.ABI
 	s.Ready.LandlockEnforced = rep.Enforced
 	s.Ready.LandlockNotEnforced = rep.NotEnforced
@@ -591,6 +611,12 @@ type ExecRequest struct {
 	// Tag is the caller's own, kept in the Process (e.g. where to record
 	// the command's security events; see CommandOf).
 	Tag any
+	// Terminal, when set, is the master of a pseudo-terminal of the
+	// sandbox's own (OpenPTY): its slave replaces each of Stdin, Stdout
+	// and Stderr that TerminalStreams names, and the command takes it as
+	// its controlling terminal, leading a session of its own.
+	Terminal        *os.File
+	TerminalStreams [3]bool
 }
 
 // requestSpawner has the init start the session's spawner: a process in
@@ -655,13 +681,27 @@ func (s *Sandbox) Exec(req *ExecRequest) (*Process, error) {
 // (then with a seccomp listener socket of its own when the filter notifies).
 func (s *Sandbox) send(p *Process, via bool) error {
 	req := p.req
-	sp := &Spawn{Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, ViaSpawner: via}
+	sp := &Spawn{Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, ViaSpawner: via, Terminal: req.Terminal != nil}
 	payload, err := sealedPayload(sp)
 	if err != nil {
 		return err
 	}
 	defer payload.Close()
 	fds := []int{int(req.Stdin.Fd()), int(req.Stdout.Fd()), int(req.Stderr.Fd()), int(payload.Fd())}
+	if req.Terminal != nil {
+		// The slave only travels: once the sandbox holds it (or the
+		// request failed), no copy here keeps the terminal open.
+		slave, err := ptySlave(req.Terminal)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(slave)
+		for i, on := range req.TerminalStreams {
+			if on {
+				fds[i] = slave
+			}
+		}
+	}
 	if !via && s.cfg.Listener != nil {
 		child, err := s.cfg.Listener(p)
 		if err != nil {
@@ -736,6 +776,10 @@ func (s *Sandbox) kill() {
 		s.closed = true
 		close(s.release)
 		s.ctrl.f.Close()
+		if s.root >= 0 {
+			unix.Close(s.root)
+			s.root = -1
+		}
 	}
 	s.mu.Unlock()
 }

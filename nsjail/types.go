@@ -1,6 +1,8 @@
 package nsjail
 
 import (
+	"os"
+
 	"github.com/hutchsandbox/hutch/cgroup"
 	"github.com/hutchsandbox/hutch/plan"
 )
@@ -19,6 +21,13 @@ type Setup struct {
 	Seccomp []byte
 	// Timing asks the init to report per-stage timings.
 	Timing bool
+	// Stdio are a one-off sandbox's command's standard streams: those that
+	// are files on the host get a Landlock rule of their own, with the
+	// access each was opened with, so that the command can reopen them
+	// through /dev/stdin, /dev/stdout and /dev/stderr
+	// (landlock.AddOpenFileRule). A session's commands come later and
+	// share one ruleset; they get none.
+	Stdio []*os.File
 }
 
 // Ready is the init's answer to a successful setup.
@@ -43,4 +52,9 @@ type Spawn struct {
 	// ViaSpawner: the session's spawner starts the command (it carries the
 	// shared restrictions and the seccomp listener already).
 	ViaSpawner bool `json:"via_spawner,omitempty"`
+	// Terminal: the command's stdio holds a terminal of its own (the
+	// sandbox's, Sandbox.OpenPTY), which becomes its controlling terminal;
+	// the command leads a session of its own instead of a process group in
+	// the sandbox's session.
+	Terminal bool `json:"terminal,omitempty"`
 }

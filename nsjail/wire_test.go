@@ -70,7 +70,7 @@ step=14,4,0,0,protect,,/workspace/.git/hooks,/run/stage/workspace/.git/hooks,,
 // A spawn request as the Go encoder makes it, read by init.c's parser (the
 // init's and every reaper's).
 func TestSpawnGoToC(t *testing.T) {
-	sp := &Spawn{Argv: []string{"sh", "-c", "echo ü"}, Env: []string{"A=1", "B="}, Cwd: "/workspace/sub", Notify: true}
+	sp := &Spawn{Argv: []string{"sh", "-c", "echo ü"}, Env: []string{"A=1", "B="}, Cwd: "/workspace/sub", Notify: true, Terminal: true}
 	b, err := (&message{Op: opSpawn, ID: 12, Spawn: sp}).encode()
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +80,7 @@ func TestSpawnGoToC(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := cDescribe(b, payload)
-	want := fmt.Sprintf("id=12\nflags=%d\ncwd=/workspace/sub\narg=sh\narg=-c\narg=echo ü\nenv=A=1\nenv=B=\n", spawnNotify)
+	want := fmt.Sprintf("id=12\nflags=%d\ncwd=/workspace/sub\narg=sh\narg=-c\narg=echo ü\nenv=A=1\nenv=B=\n", spawnNotify|spawnTerminal)
 	if err != nil || got != want {
 		t.Errorf("init.c read %q, %v; want %q", got, err, want)
 	}

@@ -66,7 +66,9 @@ int hutch_wirecheck_spawn(const unsigned char *b, size_t n, const unsigned char 
 	outp[0] = 0;
 	struct hutch_rd r = {b, n, 0};
 	uint64_t id;
-	uint32_t op = hutch_rd_header(&r, &id), flags = hutch_rd_u32(&r);
+	uint32_t op = hutch_rd_header(&r, &id);
+	hutch_rd_u32(&r);
+	uint32_t flags = hutch_spawn_flags(b, n); // as a reaper reads them
 	const char *cwd;
 	char **argv, **envp;
 	if (op != HUTCH_OP_SPAWN || r.bad || r.n != 0 || hutch_read_payload(payload, plen, &cwd, &argv, &envp) < 0) {

@@ -32,7 +32,7 @@ type stageCall struct {
 // execStageNeeds are the system calls that hutch's exec stage and the
 // command's reaper (nsjail/execstage.c: the hardening steps after
 // HUTCH_HARDEN_SECCOMP — subreaper, descriptors, rlimits — then
-// hutch_start_command, reaper, kill_all, children, report_end, mirror,
+// hutch_start_command, reaper, take_terminal, kill_all, children, report_end, mirror,
 // hutch_fail) make after loading the filter, as glibc 2.36 makes them (setrlimit is
 // prlimit64, nanosleep clock_nanosleep, waitpid wait4, sigwaitinfo
 // rt_sigtimedwait, opendir openat and newfstatat). THIS LIST MUST FOLLOW
@@ -54,6 +54,8 @@ var execStageNeeds = []stageCall{
 	{[]string{"rt_sigprocmask"}, "block the signals the command's reaper waits for", required},
 	{[]string{"vfork", "clone"}, "start the command", required},
 	{[]string{"setpgid"}, "give the command a process group of its own; without, signals go to the command alone", fallback},
+	{[]string{"setsid"}, "give a command on a terminal a session of its own; without, it has no controlling terminal", fallback},
+	{[]string{"ioctl"}, "make a command's terminal its controlling terminal; without, ^C on the terminal does not reach it", fallback},
 	{[]string{"execve"}, "run the command", required},
 	{[]string{"write"}, "report why the command could not start, and its end", required},
 	{[]string{"exit_group"}, "end the stage and the reaper", required},

@@ -7,6 +7,10 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hutchsandbox/hutch/terminal"
 )
 
 // Client is a connection to a session's control socket.
@@ -70,37 +74,73 @@ func (cl *Client) Stop() error {
 }
 
 // Exec runs a command in the session with the given stdio, relaying
-// signals from sigs, and returns the exit reply.
+// signals from sigs, and returns the exit reply. With req.Terminal and a
+// terminal among the stdio, the command runs on a pseudo-terminal of the
+// sandbox's own that this client relays to it (package terminal).
 func (cl *Client) Exec(req *Request, stdin, stdout, stderr *os.File, sigs <-chan os.Signal) (*Reply, error) {
 	req.Op = "exec"
+	var tty *terminal.Caller
+	if req.Terminal {
+		if tty = terminal.Find(stdin, stdout, stderr); tty == nil {
+			req.Terminal = false
+		}
+	}
 	if err := sendExec(cl.c, req, int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd())); err != nil {
 		return nil, fmt.Errorf("send to session: %w", err)
 	}
-	replies := make(chan Reply, 2)
+	type reply struct {
+		r   Reply
+		fds []int
+	}
+	replies := make(chan reply, 2)
 	errc := make(chan error, 1)
 	go func() {
 		for {
 			var r Reply
-			if _, err := recv(cl.c, &r); err != nil {
+			fds, err := recv(cl.c, &r)
+			if err != nil {
 				errc <- err
 				return
 			}
-			replies <- r
+			replies <- reply{r, fds}
 			if r.Op != "started" {
 				return
 			}
 		}
 	}()
+	var relay *terminal.Relay
+	stopRelay := func() {
+		if relay != nil {
+			relay.Close()
+			relay = nil
+		}
+	}
+	defer stopRelay()
 	for {
 		select {
 		case s := <-sigs:
 			if ss, ok := s.(syscall.Signal); ok {
 				send(cl.c, &Request{Op: "signal", Signal: int(ss)})
 			}
-		case r := <-replies:
+		case rp := <-replies:
+			r := rp.r
 			if r.Op == "started" {
+				if tty != nil && len(rp.fds) == 1 && relay == nil {
+					master, err := pollable(rp.fds[0])
+					if err != nil {
+						return nil, err
+					}
+					if relay, err = terminal.Start(tty, master, terminal.Options{}); err != nil {
+						master.Close()
+						return nil, err
+					}
+				} else {
+					closeFDs(rp.fds)
+				}
 				continue
 			}
+			closeFDs(rp.fds)
+			stopRelay() // what the command wrote last, then the caller's modes
 			if r.Op == "error" {
 				return nil, errors.New(r.Error)
 			}
@@ -109,4 +149,15 @@ func (cl *Client) Exec(req *Request, stdin, stdout, stderr *os.File, sigs <-chan
 			return nil, fmt.Errorf("the session ended before the command did (%v)", err)
 		}
 	}
+}
+
+// pollable is a received pseudo-terminal master as a File the runtime's
+// poller waits on (it is non-blocking already: OpenPTY made it so, and
+// the flag belongs to the open file, which travels).
+func pollable(fd int) (*os.File, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("terminal master: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "pty master"), nil
 }

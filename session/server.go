@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutchsandbox/hutch"
+	"github.com/hutchsandbox/hutch/terminal"
 )
 
 // Server serves one session on its control socket.
@@ -255,15 +256,41 @@ func (s *Server) exec(ctx context.Context, c *net.UnixConn, req *Request, fds []
 			}
 		}
 	}()
-	send(c, &Reply{Op: "started", SandboxID: s.Session.ID()})
+	term, err := s.terminal(req, files)
+	if err != nil {
+		send(c, &Reply{Op: "exit", ExitCode: hutch.ExitSetup, Messages: []string{"hutch: " + err.Error()}, SandboxID: s.Session.ID()})
+		return
+	}
+	if term != nil {
+		// The client relays the master; this copy goes with the reply.
+		send(c, &Reply{Op: "started", SandboxID: s.Session.ID()}, int(term.Master.Fd()))
+		defer term.Close()
+	} else {
+		send(c, &Reply{Op: "started", SandboxID: s.Session.ID()})
+	}
 	res, err := s.Session.Exec(ectx, &hutch.ExecOptions{
 		Argv: req.Argv, Env: req.Env, ExtraEnv: req.ExtraEnv, Cwd: req.Cwd,
 		Timeout: time.Duration(req.TimeoutMS) * time.Millisecond,
-		Stdin:   files[0], Stdout: files[1], Stderr: files[2], Signals: sigs,
+		Stdin:   files[0], Stdout: files[1], Stderr: files[2], Signals: sigs, Terminal: term,
 	})
 	if err != nil {
 		send(c, &Reply{Op: "exit", ExitCode: hutch.ExitSetup, Messages: []string{"hutch: " + err.Error()}, SandboxID: s.Session.ID()})
 		return
 	}
 	send(c, &Reply{Op: "exit", ExitCode: res.ExitCode, TimedOut: res.TimedOut, Messages: append(res.Messages, res.Warnings...), SandboxID: res.SandboxID})
+}
+
+// terminal is the pseudo-terminal a client that relays its terminal asks
+// for (Request.Terminal), with the modes and window size of the caller's
+// terminal among the stdio it passed; nil when it asks for none or has no
+// terminal.
+func (s *Server) terminal(req *Request, stdio []*os.File) (*hutch.Terminal, error) {
+	if !req.Terminal {
+		return nil, nil
+	}
+	c := terminal.Find(stdio[0], stdio[1], stdio[2])
+	if c == nil {
+		return nil, nil
+	}
+	return s.Session.NewTerminal(c.File())
 }

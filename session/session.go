@@ -74,6 +74,13 @@ type Request struct {
 	// TimeoutMS overrides the policy's timeout when > 0.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 	Signal    int   `json:"signal,omitempty"`
+	// Terminal: the client relays its terminal. Those of its stdio that
+	// are terminals are replaced by a pseudo-terminal of the sandbox's own,
+	// whose master comes back with the "started" reply (the one descriptor
+	// it carries); the client relays between its terminal and the master
+	// (package terminal). Without a terminal among the stdio it is
+	// ignored, and the reply carries none.
+	Terminal bool `json:"terminal,omitempty"`
 }
 
 // Reply is the server's message.

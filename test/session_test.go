@@ -460,14 +460,22 @@ func TestSessionSpawnerConcurrentCommands(t *testing.T) {
 }
 
 // When the spawner is gone, commands start the direct way: nothing fails.
-func TestSessionSpawnerGone(t *testing.T) {
-	ws := userDir(t)
+// sessionWithoutSpawner starts a session in ws whose spawner the test then
+// kills from the host: its next command finds it gone.
+func sessionWithoutSpawner(t *testing.T, ws string) string {
+	t.Helper()
 	name := startSession(t, ws)
 	warmSpawner(t, ws, name)
 	pid := spawnerPid(t, ws, name)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill the spawner (host pid %d): %v", pid, err)
 	}
+	return name
+}
+
+func TestSessionSpawnerGone(t *testing.T) {
+	ws := userDir(t)
+	name := sessionWithoutSpawner(t, ws)
 	for i := 0; i < 3; i++ {
 		r := hutch(t, opts{dir: ws}, "exec", name, "--", "/bin/sh", "-c", "grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status")
 		mustCode(t, r, 0)

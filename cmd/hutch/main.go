@@ -322,6 +322,7 @@ func runCommand() *cli.Command {
 				Stdout:         os.Stdout,
 				Stderr:         os.Stderr,
 				ForwardSignals: true,
+				Terminal:       true,
 				Timing:         c.Bool("debug"),
 				Logger:         logger,
 				Prestarted:     pre,

@@ -298,6 +298,7 @@ func execAction(c *cli.Context) error {
 	}
 	rep, err := cl.Exec(&session.Request{
 		Argv: argv, Env: os.Environ(), ExtraEnv: c.StringSlice("env"), Cwd: c.String("cwd"), TimeoutMS: timeout.Milliseconds(),
+		Terminal: true,
 	}, os.Stdin, os.Stdout, os.Stderr, sigs)
 	if err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
@@ -335,7 +336,7 @@ func execFresh(c *cli.Context, cl *session.Client, argv []string, timeout time.D
 	}
 	res, err := hutch.Run(c.Context, &hutch.RunOptions{
 		Policy: p, Argv: argv, HostEnv: os.Environ(), ExtraEnv: c.StringSlice("env"), Cwd: c.String("cwd"),
-		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, ForwardSignals: true, SecurityLog: sl,
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, ForwardSignals: true, Terminal: true, SecurityLog: sl,
 	})
 	if err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: cannot set up the sandbox: " + err.Error()}
