@@ -220,6 +220,7 @@ func buildSeccomp(p *policy.Policy, h *Host) Seccomp {
 		NotifyUnavailable: h.NotifyUnavailable,
 		WatchNetwork:      h.Notify,
 		Strict:            p.Enforcement == policy.EnforceStrict,
+		Ptrace:            p.Seccomp.Ptrace,
 	}
 	if s.Profile == "" {
 		s.Profile = policy.SeccompDefault

@@ -141,6 +141,8 @@ type Seccomp struct {
 	// Strict refuses a profile with problems that best effort only warns
 	// about.
 	Strict bool `json:"strict,omitempty"`
+	// Ptrace allows ptrace and process_vm_* (policy seccomp.ptrace).
+	Ptrace bool `json:"ptrace,omitempty"`
 }
 
 // Resources are the sandbox's limits and how this host enforces them.

@@ -178,6 +178,12 @@ type Seccomp struct {
 	// Profile is "" or "default" for hutch's built-in allowlist, or the path
 	// of a Docker/OCI-format seccomp profile.
 	Profile string `toml:"profile"`
+	// Ptrace lets debuggers and tracers (gdb, strace, py-spy) work among a
+	// command's own processes: ptrace, process_vm_readv and
+	// process_vm_writev are allowed, whatever the profile says. Landlock and
+	// the dumpable flag still keep hutch's processes and a session's other
+	// commands out of reach.
+	Ptrace bool `toml:"ptrace"`
 }
 
 // RootfsDir returns DIR when Tooling is "rootfs:DIR".

@@ -113,6 +113,8 @@ func (p *Policy) Marshal() ([]byte, error) {
 	w("\n# The syscall filter.\n[seccomp]\n")
 	w("# %q (or \"\") for hutch's built-in profile, or the path of a Docker/OCI-format profile.\n", SeccompDefault)
 	w("profile = %s\n", q(p.Seccomp.Profile))
+	w("# Let debuggers (gdb, strace) trace a command's own processes (ptrace, process_vm_*).\n")
+	w("ptrace = %t\n", p.Seccomp.Ptrace)
 	return b.Bytes(), nil
 }
 

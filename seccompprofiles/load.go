@@ -32,6 +32,8 @@ type LoadOptions struct {
 	// Strict refuses a profile with syscall names this system does not
 	// know (Options.Strict).
 	Strict bool
+	// Ptrace allows the tracing calls (AllowPtrace).
+	Ptrace bool
 	// Store keeps compiled filters; nil compiles every time.
 	Store *store.Store
 	// Logger receives debug records of hits and misses; nil discards them.
@@ -39,7 +41,7 @@ type LoadOptions struct {
 }
 
 // entryFormat changes whenever an entry's meaning or layout does.
-const entryFormat = "hutch-seccomp-v3\x00"
+const entryFormat = "hutch-seccomp-v4\x00"
 
 // Load returns the compiled filter of o's profile: from the store when it
 // holds an intact entry of the same profile bytes, options, kernel and hutch
@@ -55,6 +57,9 @@ func Load(ctx context.Context, o LoadOptions) (*Filter, error) {
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if o.Ptrace && !kernelAtLeast(PtraceMinKernel) {
+		return nil, fmt.Errorf("seccomp.ptrace: on this kernel (before Linux %s) a tracer can get around the seccomp filter, so hutch keeps ptrace denied here; remove --allow-ptrace or seccomp.ptrace", PtraceMinKernel)
 	}
 	name := o.Profile
 	var raw []byte
@@ -93,6 +98,9 @@ func Load(ctx context.Context, o LoadOptions) (*Filter, error) {
 	if o.WatchNetwork {
 		prof = WatchNetwork(prof)
 	}
+	if o.Ptrace {
+		prof = AllowPtrace(prof)
+	}
 	f, err := Compile(prof, Options{Notify: o.Notify, Strict: o.Strict})
 	if err != nil {
 		return nil, fmt.Errorf("seccomp profile %s: %w", name, err)
@@ -119,7 +127,7 @@ func entryKey(raw []byte, o LoadOptions) string {
 	h.Write([]byte(entryFormat))
 	fmt.Fprintf(h, "%d:", len(raw))
 	h.Write(raw)
-	fmt.Fprintf(h, "\x00notify=%v watch=%v strict=%v\x00", o.Notify, o.WatchNetwork, o.Strict)
+	fmt.Fprintf(h, "\x00notify=%v watch=%v strict=%v ptrace=%v\x00", o.Notify, o.WatchNetwork, o.Strict, o.Ptrace)
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
 		h.Write(u.Release[:])

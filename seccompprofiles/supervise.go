@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -80,7 +81,7 @@ func ServeListener(ctx context.Context, sock *os.File, f *Filter, profile string
 			Rule:    "seccomp profile " + profile,
 			Subject: what,
 			Message: "blocked by seccomp policy: " + what,
-			Hint:    "see docs/SECCOMP.md",
+			Hint:    denialHint(d.Name),
 			Level:   slog.LevelWarn,
 			Detail: map[string]any{
 				"syscall": d.Name,
@@ -91,6 +92,14 @@ func ServeListener(ctx context.Context, sock *os.File, f *Filter, profile string
 			},
 		})
 	})
+}
+
+// denialHint is what the caller is told to do about a denied call.
+func denialHint(name string) string {
+	if slices.Contains(PtraceCalls, name) {
+		return PtraceHint
+	}
+	return "see docs/SECCOMP.md"
 }
 
 // DescribeCall names a denied call precisely where one syscall covers

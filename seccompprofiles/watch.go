@@ -30,8 +30,7 @@ func NotifyAvailable() (bool, string) {
 // SECCOMP_USER_NOTIF_FLAG_CONTINUE, which the kernel documents as unsafe
 // for security decisions (the caller may change the sockaddr after the
 // check). hutch's enforcement is the network namespace, which has no route
-// out, and Landlock's TCP port rules; the watch only makes the attempts
-// visible.
+// out but the egress proxy; the watch only makes the attempts visible.
 func WatchNetwork(p *Profile) *Profile {
 	q := p.Clone()
 	watched := false

@@ -119,6 +119,7 @@ func policyFlags() []cli.Flag {
 		&cli.IntFlag{Name: "pids", Usage: "process and thread limit of the sandbox"},
 		&cli.Float64Flag{Name: "cpus", Usage: "CPU cores the sandbox may use, e.g. 0.5"},
 		&cli.StringFlag{Name: "seccomp-profile", Usage: "Docker/OCI seccomp profile `FILE` instead of the built-in allowlist"},
+		&cli.BoolFlag{Name: "allow-ptrace", Usage: "let debuggers and tracers (gdb, strace) trace a command's own processes (seccomp.ptrace)"},
 		&cli.StringSliceFlag{Name: "allow", Usage: "allowlist `HOST[:PORT][=ADDR]` for this run (port default 443; =ADDR pins the name to that address; repeatable)"},
 		&cli.BoolFlag{Name: "no-discover", Usage: "do not allowlist the package registries the host's tools are configured to use"},
 	}
@@ -175,6 +176,9 @@ func effectivePolicy(c *cli.Context) (*policy.Policy, error) {
 	}
 	if v := c.String("seccomp-profile"); v != "" {
 		p.Seccomp.Profile = v
+	}
+	if c.Bool("allow-ptrace") {
+		p.Seccomp.Ptrace = true
 	}
 	for _, a := range c.StringSlice("allow") {
 		e, err := allowFlag(a)
@@ -401,7 +405,7 @@ func policyCommand() *cli.Command {
 						_, err = plan.Build(p, h, nil)
 					}
 					if err == nil {
-						_, err = seccompprofiles.Load(c.Context, seccompprofiles.LoadOptions{Profile: p.Seccomp.Profile})
+						_, err = seccompprofiles.Load(c.Context, seccompprofiles.LoadOptions{Profile: p.Seccomp.Profile, Ptrace: p.Seccomp.Ptrace})
 					}
 					if err != nil {
 						return &exitError{1, fmt.Sprintf("hutch: %s: valid as a file, but hutch run would refuse it here: %v", c.Args().First(), err)}

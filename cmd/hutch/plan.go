@@ -127,6 +127,9 @@ func printPlan(w io.Writer, sb *plan.Sandbox) {
 		notify = "denials enforced, not reported: " + sc.NotifyUnavailable
 	}
 	sec("seccomp", "profile %s; %s; direct connections watched: %v", sc.Profile, notify, sc.WatchNetwork)
+	if sc.Ptrace {
+		item("ptrace and process_vm_* allowed among a command's own processes (seccomp.ptrace)")
+	}
 	res := sb.Resources
 	sec("resources", "backend %s: %s", res.Backend, res.BackendReason)
 	l := res.Limits

@@ -104,6 +104,7 @@ var flagKeys = map[string]string{
 	"filesystem.workspace": "workspace", "filesystem.tooling": "tooling", "filesystem.tmp_size": "tmp-size",
 	"resources.memory": "memory", "resources.pids": "pids", "resources.cpus": "cpus", "resources.timeout": "timeout",
 	"network.mode": "net", "seccomp.profile": "seccomp-profile",
+	"seccomp.ptrace": "allow-ptrace",
 }
 
 // nameFlags rewrites the problems of the effective policy that flags
