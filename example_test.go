@@ -30,7 +30,7 @@ func ExampleNewSession() {
 
 	r, w, _ := os.Pipe()
 	res, err := sess.Exec(context.Background(), &hutch.ExecOptions{
-		Argv:   []string{"/bin/sh", "-c", "id -u; echo hello > /workspace/greeting; touch /etc/x 2>/dev/null"},
+		Argv:   []string{"/bin/sh", "-c", "id -u; echo hello > greeting; touch /etc/x 2>/dev/null"},
 		Stdout: w,
 	})
 	w.Close()

@@ -34,7 +34,10 @@ const (
 
 // SessionOptions describes a sandbox that stays up for many commands.
 type SessionOptions struct {
-	// Policy governs the sandbox; nil means policy.Default().
+	// Policy governs the sandbox; nil means policy.Default(). An empty
+	// filesystem.workspace_at means "host" here: the workspace appears at
+	// its own host path, so the paths a host-side caller passes work
+	// inside.
 	Policy *policy.Policy
 	// HostEnv is the caller's environment, filtered by the policy for
 	// every command.
@@ -71,9 +74,13 @@ type ExecOptions struct {
 	// Env, when non-nil, replaces the session's HostEnv for this command
 	// (a session client's own environment).
 	Env []string
-	// Cwd is the working directory inside, absolute or relative to
-	// /workspace; "" means /workspace.
+	// Cwd is the working directory inside, absolute (inside, or the
+	// workspace's host path) or relative to the workspace; "" means the
+	// workspace, or where HostCwd lies in it.
 	Cwd string
+	// HostCwd is the caller's host directory: with Cwd empty, the command
+	// starts at the same place in the workspace when it lies there.
+	HostCwd string
 	// Timeout overrides the policy's wall-clock limit when > 0.
 	Timeout time.Duration
 	// Stdin, Stdout and Stderr are given to the command as they are.
@@ -113,11 +120,13 @@ var ForwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGH
 
 // RunOptions describes one command in a fresh, one-off sandbox.
 type RunOptions struct {
-	Policy     *policy.Policy
-	Argv       []string
-	HostEnv    []string
-	ExtraEnv   []string
-	Cwd        string
+	Policy   *policy.Policy
+	Argv     []string
+	HostEnv  []string
+	ExtraEnv []string
+	Cwd      string
+	// HostCwd: see ExecOptions.
+	HostCwd    string
 	Stdin      *os.File
 	Stdout     *os.File
 	Stderr     *os.File
@@ -139,20 +148,33 @@ type RunOptions struct {
 	Prestarted *nsjail.Prestarted
 }
 
-// Plan is the sandbox that Run with o would set up, computed and not made:
-// the policy and this host's facts (package plan). Nothing is created.
-func Plan(o *RunOptions) (*plan.Sandbox, error) {
-	p := o.Policy
+// apiPolicy is p (nil: policy.Default()) with the Go API's defaults: the
+// workspace at its own host path unless p says where (callers are
+// host-side programs that pass host paths; the CLI's hutch run sets
+// "/workspace" itself). p is not changed.
+func apiPolicy(p *policy.Policy) *policy.Policy {
 	if p == nil {
 		p = policy.Default()
 	}
+	if p.Filesystem.WorkspaceAt == "" {
+		cp := *p
+		cp.Filesystem.WorkspaceAt = policy.WorkspaceAtHost
+		p = &cp
+	}
+	return p
+}
+
+// Plan is the sandbox that Run with o would set up, computed and not made:
+// the policy and this host's facts (package plan). Nothing is created.
+func Plan(o *RunOptions) (*plan.Sandbox, error) {
+	p := apiPolicy(o.Policy)
 	h, err := plan.Gather(p, plan.GatherOptions{Env: o.HostEnv, SecurityLog: o.SecurityLog.Path()})
 	if err != nil {
 		return nil, err
 	}
 	var req *plan.Request
 	if len(o.Argv) > 0 {
-		req = &plan.Request{Argv: o.Argv, Cwd: o.Cwd, ExtraEnv: o.ExtraEnv}
+		req = &plan.Request{Argv: o.Argv, Cwd: o.Cwd, HostCwd: o.HostCwd, ExtraEnv: o.ExtraEnv}
 	}
 	return plan.Build(p, h, req)
 }
@@ -167,7 +189,7 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 	sess, err := NewSession(ctx, &SessionOptions{
 		Policy: o.Policy, HostEnv: o.HostEnv, Executable: o.Executable,
 		SecurityLog: o.SecurityLog, Diagnostics: o.Stderr, Timing: o.Timing, Logger: o.Logger,
-		Prestarted: o.Prestarted, one: &plan.Request{Argv: o.Argv, Cwd: o.Cwd, ExtraEnv: o.ExtraEnv},
+		Prestarted: o.Prestarted, one: &plan.Request{Argv: o.Argv, Cwd: o.Cwd, HostCwd: o.HostCwd, ExtraEnv: o.ExtraEnv},
 		oneStdio: []*os.File{o.Stdin, o.Stdout, o.Stderr},
 	})
 	if err != nil {
@@ -185,7 +207,7 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 		return nil, err
 	}
 	res, err := sess.Exec(ctx, &ExecOptions{
-		Argv: o.Argv, ExtraEnv: o.ExtraEnv, Cwd: o.Cwd,
+		Argv: o.Argv, ExtraEnv: o.ExtraEnv, Cwd: o.Cwd, HostCwd: o.HostCwd,
 		Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr, Signals: sigs, Terminal: term,
 	})
 	if relay != nil {

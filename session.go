@@ -83,7 +83,8 @@ func (s *Session) Policy() *policy.Policy { return s.p }
 // Plan is the session's sandbox as planned.
 func (s *Session) Plan() *plan.Sandbox { return s.plan }
 
-// Workspace is the host directory mounted at /workspace.
+// Workspace is the host directory of the workspace (mounted at
+// Plan().Workspace.Mount inside).
 func (s *Session) Workspace() string { return s.plan.Workspace.Host }
 
 // Done is closed when the session's sandbox has ended.
@@ -96,10 +97,7 @@ func (s *Session) Done() <-chan struct{} { return s.closed }
 func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err error) {
 	t0 := time.Now()
 	defer o.Prestarted.Discard() // a no-op once the launch adopted it
-	p := o.Policy
-	if p == nil {
-		p = policy.Default()
-	}
+	p := apiPolicy(o.Policy)
 	host, err := plan.Gather(p, plan.GatherOptions{Env: o.HostEnv, SecurityLog: o.SecurityLog.Path()})
 	if err != nil {
 		return nil, err
@@ -416,7 +414,7 @@ func (s *Session) Exec(ctx context.Context, o *ExecOptions) (*Result, error) {
 	if len(o.Argv) == 0 {
 		return nil, errors.New("no command given")
 	}
-	cwd, err := s.plan.Cwd(o.Cwd)
+	cwd, err := s.plan.Cwd(o.Cwd, o.HostCwd)
 	if err != nil {
 		return nil, err
 	}
@@ -581,7 +579,7 @@ func execMessage(cmd string, info nsjail.ExitInfo, env []string) string {
 			}
 		}
 		if strings.Contains(cmd, "/") {
-			return fmt.Sprintf("hutch: command not found: %s does not exist inside the sandbox (only the tooling tree, /workspace, /tmp and HOME are visible)", cmd)
+			return fmt.Sprintf("hutch: command not found: %s does not exist inside the sandbox (only the tooling tree, the workspace, /tmp and HOME are visible)", cmd)
 		}
 		return fmt.Sprintf("hutch: command not found: %s (searched PATH inside the sandbox: %s)", cmd, path)
 	case ExitCannotExec:

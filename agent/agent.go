@@ -28,6 +28,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutchsandbox/hutch"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seclog"
 )
@@ -52,14 +53,10 @@ const DefaultDrainGrace = 2 * time.Second
 // (a year), so that the duration cannot overflow.
 const maxTimeoutSeconds = 365 * 24 * 3600
 
-// Workspace is where the workspace appears inside the sandbox; Cwd must be
-// at or below it.
-const Workspace = policy.WorkspaceMount
-
 // RunCommandInput is one call of run_command.
 type RunCommandInput struct {
 	Command        string `json:"command" jsonschema:"Shell command line to run with /bin/sh -c inside the sandbox, e.g. 'go test ./... 2>&1 | tail -50'. Standard input is empty (/dev/null)."`
-	Cwd            string `json:"cwd,omitempty" jsonschema:"Working directory inside the sandbox: relative to /workspace (e.g. 'src/app') or an absolute path at or below /workspace. Default: /workspace."`
+	Cwd            string `json:"cwd,omitempty" jsonschema:"Working directory: relative to the workspace (e.g. 'src/app'), or an absolute path inside it (the tool description says where the workspace is). Default: the workspace."`
 	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"Wall-clock limit for this command in seconds; 0 or absent means the policy's timeout, which is also the largest value accepted. When it expires every process of the command is killed and exit_code is 124."`
 	Fresh          bool   `json:"fresh,omitempty" jsonschema:"Run in a new one-off sandbox even when a session sandbox is kept across calls (/tmp and HOME are then not shared with other calls). Use it for suspicious operations."`
 }
@@ -77,12 +74,13 @@ type RunCommandResult struct {
 }
 
 // ExecRequest is one command for an Executor. Cwd is validated and
-// absolute; Stdout and Stderr are the write ends of pipes that the
+// absolute when the Tool knows its workspace (Tool.Workspace), else as the
+// caller gave it, for the sandbox to check; Stdout and Stderr are the write ends of pipes that the
 // executor hands to the command and must not close.
 type ExecRequest struct {
 	// Argv is the command, e.g. ["/bin/sh", "-c", "make test"].
 	Argv []string
-	// Cwd is the working directory inside the sandbox (absolute).
+	// Cwd is the working directory inside the sandbox.
 	Cwd string
 	// Timeout is the wall-clock limit; 0 means the policy's.
 	Timeout time.Duration
@@ -127,6 +125,11 @@ type Tool struct {
 	// DrainGrace bounds the reading of output after the command ended;
 	// 0 means DefaultDrainGrace.
 	DrainGrace time.Duration
+	// Workspace is where the executor's workspace is, on the host and
+	// inside: a call's cwd is checked against it and made absolute (a host
+	// path in the workspace is the same directory). Zero: the cwd is passed
+	// on as given, for the sandbox to check.
+	Workspace policy.WorkspacePaths
 
 	// spare is the output capture made ahead of the next call.
 	spareMu sync.Mutex
@@ -142,10 +145,15 @@ func New(p *policy.Policy, log *seclog.Log) *Tool {
 	if p == nil {
 		p = policy.Default()
 	}
-	return &Tool{
+	t := &Tool{
 		Exec:       &HutchExecutor{Policy: p, SecurityLog: log},
 		MaxTimeout: p.Resources.Timeout.D(),
 	}
+	if host, err := hutch.ResolveWorkspace(p.Filesystem.Workspace); err == nil {
+		// hutch.Run's default: the workspace at its host path.
+		t.Workspace = p.Filesystem.PathsFor(host, policy.WorkspaceAtHost)
+	}
+	return t
 }
 
 // Close releases what the executor holds across calls (a session's
@@ -184,8 +192,12 @@ func (t *Tool) Validate(in RunCommandInput) (cwd string, timeout time.Duration, 
 	if strings.ContainsRune(in.Command, 0) {
 		return "", 0, inputErrorf("command contains a NUL byte")
 	}
-	cwd, err = ResolveCwd(in.Cwd)
-	if err != nil {
+	if t.Workspace.Mount == "" {
+		if strings.ContainsRune(in.Cwd, 0) {
+			return "", 0, inputErrorf("cwd contains a NUL byte")
+		}
+		cwd = in.Cwd
+	} else if cwd, err = t.ResolveCwd(in.Cwd); err != nil {
 		return "", 0, err
 	}
 	if in.TimeoutSeconds < 0 {
@@ -205,11 +217,11 @@ func (t *Tool) Validate(in RunCommandInput) (cwd string, timeout time.Duration, 
 	return cwd, timeout, nil
 }
 
-// ResolveCwd turns cwd (relative to /workspace, or absolute) into a clean
-// absolute path inside the sandbox, and rejects one outside /workspace
-// (policy.InsideCwd) with an *InputError.
-func ResolveCwd(cwd string) (string, error) {
-	p, err := policy.InsideCwd(cwd)
+// ResolveCwd turns cwd (relative to the workspace, or absolute) into a
+// clean absolute path inside the sandbox, and rejects one outside the
+// workspace (policy.WorkspacePaths.Cwd) with an *InputError.
+func (t *Tool) ResolveCwd(cwd string) (string, error) {
+	p, err := t.Workspace.Cwd(cwd)
 	if err != nil {
 		return "", &InputError{Msg: err.Error()}
 	}

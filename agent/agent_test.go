@@ -87,7 +87,7 @@ func TestRunCommandResult(t *testing.T) {
 		t.Fatalf("result\n%+v\nwant\n%+v", r, want)
 	}
 	req := f.last(t)
-	if !reflect.DeepEqual(req.Argv, []string{"/bin/sh", "-c", "make test"}) || req.Cwd != "/workspace" || req.Timeout != 0 || req.Fresh {
+	if !reflect.DeepEqual(req.Argv, []string{"/bin/sh", "-c", "make test"}) || req.Cwd != "" || req.Timeout != 0 || req.Fresh {
 		t.Fatalf("request %+v", req)
 	}
 }
@@ -315,15 +315,17 @@ func TestResolveCwd(t *testing.T) {
 		"/workspace/a/../b":  "/workspace/b",
 		"a/..":               "/workspace",
 		"/workspace/.hidden": "/workspace/.hidden",
+		"/home/u/proj/src":   "/workspace/src", // the host path of the same directory
 	}
+	tool := &Tool{Workspace: policy.WorkspacePaths{Host: "/home/u/proj", Mount: "/workspace"}}
 	for in, want := range ok {
-		got, err := ResolveCwd(in)
+		got, err := tool.ResolveCwd(in)
 		if err != nil || got != want {
 			t.Errorf("ResolveCwd(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 	for _, in := range []string{"..", "../x", "a/../../x", "/", "/etc", "/tmp", "/workspace/..", "/workspace/../etc", "/workspacex", "/work", "x\x00y"} {
-		got, err := ResolveCwd(in)
+		got, err := tool.ResolveCwd(in)
 		var ie *InputError
 		if err == nil || !errors.As(err, &ie) {
 			t.Errorf("ResolveCwd(%q) = %q, %v; want an InputError", in, got, err)
@@ -337,7 +339,7 @@ func TestResolveCwd(t *testing.T) {
 
 func TestValidation(t *testing.T) {
 	f := &fakeExec{}
-	tool := &Tool{Exec: f, MaxTimeout: 10 * time.Minute}
+	tool := &Tool{Exec: f, MaxTimeout: 10 * time.Minute, Workspace: policy.WorkspacePaths{Host: "/home/u/proj", Mount: "/workspace"}}
 	bad := []struct {
 		in   RunCommandInput
 		want string
@@ -373,6 +375,11 @@ func TestValidation(t *testing.T) {
 		t.Fatalf("request %+v", req)
 	}
 	_ = r
+	// A Tool that does not know its workspace leaves the cwd to the
+	// sandbox, as given.
+	if _, err := (&Tool{Exec: f}).RunCommand(context.Background(), RunCommandInput{Command: "ls", Cwd: "../x"}); err != nil || f.last(t).Cwd != "../x" {
+		t.Errorf("cwd not passed on: %v %+v", err, f.last(t))
+	}
 }
 
 func TestExecutorErrorCarriesStderr(t *testing.T) {
@@ -424,7 +431,7 @@ func TestFormatText(t *testing.T) {
 func TestDescribe(t *testing.T) {
 	p := policy.Default()
 	p.Network.Allow = []policy.AllowEntry{{Host: "modules.example.com", Ports: []int{443}, Reason: "go"}}
-	d := Describe(p, 0)
+	d := Describe(p, DescribeOptions{})
 	for _, want := range []string{"/workspace", "read-write", "default deny", "modules.example.com:443", "policy_events",
 		"network blocked by policy", "do not retry", "600", "1 MiB", "[hutch: output truncated: N bytes dropped]", "124", "125", "126", "127", ".git/hooks"} {
 		if !strings.Contains(d, want) {
@@ -432,8 +439,14 @@ func TestDescribe(t *testing.T) {
 		}
 	}
 	p.Network.Mode = policy.NetNone
-	if d := Describe(p, 4096); !strings.Contains(d, "Network: none") || !strings.Contains(d, "4 KiB") {
+	if d := Describe(p, DescribeOptions{MaxOutput: 4096}); !strings.Contains(d, "Network: none") || !strings.Contains(d, "4 KiB") {
 		t.Errorf("network none / 4 KiB cap not described:\n%s", d)
+	}
+	if d := Describe(p, DescribeOptions{Workspace: policy.WorkspacePaths{Host: "/home/u/proj", Mount: "/home/u/proj"}}); !strings.Contains(d, "at its own host path, /home/u/proj, so paths are the same inside and out") || strings.Contains(d, "/workspace") {
+		t.Errorf("the workspace at its host path is not described:\n%s", d)
+	}
+	if d := Describe(p, DescribeOptions{Session: true}); !strings.Contains(d, "Calls share one sandbox") || strings.Contains(d, "Each call gets a fresh sandbox") {
+		t.Errorf("a session's sharing is not described:\n%s", d)
 	}
 }
 

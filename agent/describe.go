@@ -7,23 +7,45 @@ import (
 	"github.com/hutchsandbox/hutch/policy"
 )
 
+// DescribeOptions are what Describe says besides the policy.
+type DescribeOptions struct {
+	// Workspace is where the workspace is (Tool.Workspace); zero reads as
+	// /workspace.
+	Workspace policy.WorkspacePaths
+	// MaxOutput is the output cap (0: DefaultMaxOutput).
+	MaxOutput int
+	// Session: calls share one sandbox (SessionExecutor); otherwise each
+	// gets a fresh one (HutchExecutor).
+	Session bool
+}
+
 // maxListedAllow bounds how many allowlist entries Describe names.
 const maxListedAllow = 20
 
 // Describe is the tool description an agent reads: what the sandbox is,
-// what it reaches under p, the limits and how to read the result. It
-// states that every call gets a fresh sandbox, which is true of
-// HutchExecutor; a session executor must say otherwise.
-func Describe(p *policy.Policy, maxOutput int) string {
+// what it reaches under p, the limits and how to read the result.
+func Describe(p *policy.Policy, o DescribeOptions) string {
 	if p == nil {
 		p = policy.Default()
 	}
+	ws, maxOutput := o.Workspace, o.MaxOutput
 	if maxOutput <= 0 {
 		maxOutput = DefaultMaxOutput
 	}
 	var b strings.Builder
 	b.WriteString("Run a shell command line (/bin/sh -c) in hutch, a rootless Linux sandbox, and get its stdout, stderr and exit code.\n\n")
-	b.WriteString("Filesystem: the project is mounted read-write at /workspace, the default working directory (cwd is relative to it and must stay inside it)")
+	mount := ws.Mount
+	if mount == "" {
+		mount = policy.WorkspaceMount
+	}
+	switch {
+	case ws.Host != "" && ws.Host == mount:
+		fmt.Fprintf(&b, "Filesystem: the project is mounted read-write at its own host path, %s, so paths are the same inside and out; it is the default working directory (cwd is relative to it, or an absolute path inside it)", mount)
+	case ws.Host != "":
+		fmt.Fprintf(&b, "Filesystem: the project (%s on the host) is mounted read-write at %s, the default working directory (cwd is relative to it, or an absolute path inside it; a host path under %s means the same directory)", ws.Host, mount, ws.Host)
+	default:
+		fmt.Fprintf(&b, "Filesystem: the project is mounted read-write at %s, the default working directory (cwd is relative to it and must stay inside it)", mount)
+	}
 	if len(p.Filesystem.Protected) > 0 {
 		fmt.Fprintf(&b, ", except %s, which stay read-only", strings.Join(p.Filesystem.Protected, ", "))
 	}
@@ -34,7 +56,11 @@ func Describe(p *policy.Policy, maxOutput int) string {
 		b.WriteString("The host's tools (/usr, /bin, /lib, /opt) are read-only; ")
 	}
 	b.WriteString("/tmp and HOME (/home/sandbox) are private and writable. ")
-	b.WriteString("Each call gets a fresh sandbox: only files written under /workspace persist between calls; /tmp, HOME and background processes do not. Standard input is empty.\n\n")
+	if o.Session {
+		fmt.Fprintf(&b, "Calls share one sandbox while the server runs: files under %s, /tmp and HOME persist between calls; each call's processes end with it; fresh: true runs a call in a new one-off sandbox. Standard input is empty.\n\n", mount)
+	} else {
+		fmt.Fprintf(&b, "Each call gets a fresh sandbox: only files written under %s persist between calls; /tmp, HOME and background processes do not. Standard input is empty.\n\n", mount)
+	}
 	switch p.Network.Mode {
 	case policy.NetNone:
 		b.WriteString("Network: none. Nothing outside the sandbox is reachable (package installs and downloads fail).\n\n")

@@ -35,6 +35,9 @@ type HutchExecutor struct {
 	// for a command-line caller such as `hutch run --json`, not for a
 	// server with calls of its own.
 	ForwardSignals bool
+	// HostCwd is the caller's host directory: a request without a Cwd
+	// starts at the same place in the workspace (hutch.RunOptions').
+	HostCwd string
 }
 
 // Run implements Executor.
@@ -66,6 +69,7 @@ func (e *HutchExecutor) Run(ctx context.Context, req ExecRequest) (ExecResult, e
 		HostEnv:        env,
 		ExtraEnv:       e.ExtraEnv,
 		Cwd:            req.Cwd,
+		HostCwd:        e.HostCwd,
 		Stdin:          stdin,
 		Stdout:         req.Stdout,
 		Stderr:         req.Stderr,

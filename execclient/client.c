@@ -493,6 +493,13 @@ __attribute__((constructor)) static void hutch_fast_exec(int argc, char **argv, 
 	put_json_strings(&req, &argv[first]);
 	puts_(&req, ",\"env\":");
 	put_json_strings(&req, environ);
+	// The caller's directory: the command starts at the same place in
+	// the workspace when it lies there (session.Request.HostCwd).
+	char wd[4096];
+	if (getcwd(wd, sizeof wd) != NULL) {
+		puts_(&req, ",\"host_cwd\":");
+		put_json_string(&req, wd);
+	}
 	puts_(&req, "}");
 	if (req.over) {
 		munmap(mem, MAX_BODY);

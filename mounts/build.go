@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -137,6 +138,9 @@ func Build(s *Spec) (*Plan, error) {
 	if err := addEtcFiles(fsys, p, s); err != nil {
 		return nil, err
 	}
+	if err := checkWorkspaceMount(fsys, p, s.WorkspaceMount); err != nil {
+		return nil, err
+	}
 	p.Add(Step{Kind: Bind, Source: s.Workspace, Target: s.WorkspaceMount, Why: "workspace (read-write)"})
 	if s.Protected != nil {
 		p.Add(s.Protected.Steps...)
@@ -150,6 +154,46 @@ func Build(s *Spec) (*Plan, error) {
 	}
 	p.Stage = stage
 	return p, nil
+}
+
+// WorkspaceError says why the workspace cannot be mounted where asked.
+type WorkspaceError struct{ Msg string }
+
+func (e *WorkspaceError) Error() string { return e.Msg }
+
+// checkWorkspaceMount refuses a workspace mount point that would cover one
+// of hutch's own mounts, or that leads elsewhere inside through a symlink
+// (/var/tmp is a symlink to /tmp inside): a workspace at its host path must
+// be that path inside.
+func checkWorkspaceMount(fsys HostFS, p *Plan, mount string) error {
+	if !path.IsAbs(mount) || path.Clean(mount) != mount || mount == "/" {
+		return &WorkspaceError{fmt.Sprintf("the workspace's mount point %q: want a clean absolute path other than /", mount)}
+	}
+	for _, s := range p.Steps {
+		switch s.Kind {
+		case Bind, Tmpfs, Proc, Devpts, Sysfs, Symlink:
+		default:
+			continue
+		}
+		if s.Target == mount || strings.HasPrefix(s.Target, mount+"/") {
+			return &WorkspaceError{fmt.Sprintf("the workspace at %s would cover the sandbox's %s (%s)", mount, s.Target, kindWhy(s))}
+		}
+	}
+	r, err := view{fsys: fsys, p: p}.resolve(mount)
+	if err != nil {
+		return err
+	}
+	if r.path != mount {
+		return &WorkspaceError{fmt.Sprintf("the workspace at %s: inside the sandbox that path leads to %s (a symlink on the way)", mount, r.path)}
+	}
+	return nil
+}
+
+func kindWhy(s Step) string {
+	if s.Why != "" {
+		return s.Why
+	}
+	return string(s.Kind)
 }
 
 // stageCandidates are host directories the new root may be built on.

@@ -241,6 +241,12 @@ func (v view) lstat(p string) (mode fs.FileMode, link string, exists bool, w whe
 		if p == "/" {
 			return fs.ModeDir, "", true, inRoot, nil
 		}
+		// A parent of a step's target is a directory the executor makes.
+		for _, s := range v.p.Steps {
+			if strings.HasPrefix(s.Target, p+"/") {
+				return fs.ModeDir, "", true, inRoot, nil
+			}
+		}
 		return 0, "", false, inRoot, nil
 	case m.Kind != Bind || !m.ReadOnly:
 		return 0, "", false, inScratch, nil

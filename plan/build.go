@@ -21,8 +21,12 @@ import (
 type Request struct {
 	Argv []string
 	// Cwd is the working directory inside, absolute or relative to the
-	// workspace; "" is the workspace.
+	// workspace; "" is the workspace, or where HostCwd is in it.
 	Cwd string
+	// HostCwd is the caller's directory on the host: with Cwd empty, the
+	// command starts at the same place in the workspace when it lies there
+	// (the cwd follows the caller, as git's does).
+	HostCwd string
 	// ExtraEnv are --env entries ("K=V" sets, "K" passes K through).
 	ExtraEnv []string
 }
@@ -40,7 +44,7 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 		Enforcement: p.Enforcement,
 		Workspace: Workspace{
 			Host:      h.Workspace,
-			Mount:     policy.WorkspaceMount,
+			Mount:     p.Filesystem.PathsFor(h.Workspace, "").Mount,
 			Protected: slices.Clone(h.Protected),
 			Hidden:    slices.Clone(h.Hidden),
 		},
@@ -93,7 +97,7 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 	}
 	sb.Process = buildProcess(h, sb)
 	if req != nil {
-		if sb.Command, err = sb.NewCommand(req.Argv, req.Cwd, h.Env, req.ExtraEnv); err != nil {
+		if sb.Command, err = sb.NewCommand(req.Argv, req.Cwd, req.HostCwd, h.Env, req.ExtraEnv); err != nil {
 			return nil, err
 		}
 	}
@@ -133,9 +137,18 @@ func buildMounts(p *policy.Policy, h *Host, sb *Sandbox) (*mounts.Plan, error) {
 		if t == "" {
 			t = b.Source
 		}
+		if m := sb.Workspace.Mount; t == m || strings.HasPrefix(t, m+"/") {
+			return nil, fmt.Errorf("filesystem.read_only[%d]: target %s is in the workspace, which is mounted at %s; choose a target outside it", i, t, m)
+		}
 		spec.ReadOnly = append(spec.ReadOnly, [2]string{b.Source, t})
 	}
-	return mounts.Build(spec)
+	m, err := mounts.Build(spec)
+	var we *mounts.WorkspaceError
+	if errors.As(err, &we) {
+		return nil, fmt.Errorf("filesystem.workspace_at %q: %w; set workspace_at = %q (or --workspace-at %s), or use another workspace",
+			p.Filesystem.WorkspaceAt, err, policy.WorkspaceAtFixed, policy.WorkspaceAtFixed)
+	}
+	return m, err
 }
 
 func buildNetwork(p *policy.Policy) Network {
@@ -303,11 +316,11 @@ func buildProcess(h *Host, sb *Sandbox) Process {
 // NewCommand is argv as it would start in this sandbox: its working
 // directory (relative to the workspace, which it may not leave) and its
 // environment made from the caller's env and extra.
-func (sb *Sandbox) NewCommand(argv []string, cwd string, env, extra []string) (*Command, error) {
+func (sb *Sandbox) NewCommand(argv []string, cwd, hostCwd string, env, extra []string) (*Command, error) {
 	if len(argv) == 0 {
 		return nil, fmt.Errorf("no command given")
 	}
-	dir, err := sb.Cwd(cwd)
+	dir, err := sb.Cwd(cwd, hostCwd)
 	if err != nil {
 		return nil, err
 	}
@@ -318,11 +331,22 @@ func (sb *Sandbox) NewCommand(argv []string, cwd string, env, extra []string) (*
 	return &Command{Argv: slices.Clone(argv), Cwd: dir, Env: e}, nil
 }
 
-// Cwd is the working directory inside for c: absolute, or relative to the
-// workspace; "" is the workspace. One outside the workspace is refused
-// (policy.InsideCwd: commands run in the workspace).
-func (sb *Sandbox) Cwd(c string) (string, error) {
-	return policy.InsideCwd(c)
+// Cwd is the working directory inside for c: absolute (inside, or the
+// workspace's host path), or relative to the workspace; "" is where the
+// caller's host directory hostCwd lies in the workspace, else the
+// workspace. One outside the workspace is refused (policy.WorkspacePaths:
+// commands run in the workspace).
+func (sb *Sandbox) Cwd(c, hostCwd string) (string, error) {
+	w := sb.Workspace.Paths()
+	if c == "" && hostCwd != "" {
+		return w.HostCwd(hostCwd), nil
+	}
+	return w.Cwd(c)
+}
+
+// Paths are the workspace's host path and mount.
+func (w Workspace) Paths() policy.WorkspacePaths {
+	return policy.WorkspacePaths{Host: w.Host, Mount: w.Mount}
 }
 
 // CommandEnv is a command's environment: the policy's filter of the

@@ -101,7 +101,7 @@ func Gather(p *policy.Policy, o GatherOptions) (*Host, error) {
 	h.Repos = gitrepos.Find(h.Workspace, gitrepos.DefaultBudget)
 	existing, missing := h.Repos.ProtectedPaths(h.Workspace)
 	h.Found = append(existing, missing...)
-	if h.Protection, err = mounts.InspectProtected(h.Workspace, policy.WorkspaceMount, h.Protected, h.Found, h.Hidden); err != nil {
+	if h.Protection, err = mounts.InspectProtected(h.Workspace, p.Filesystem.PathsFor(h.Workspace, "").Mount, h.Protected, h.Found, h.Hidden); err != nil {
 		return nil, err
 	}
 	h.LandlockABI = landlock.ABI()

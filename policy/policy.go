@@ -43,8 +43,18 @@ const SeccompDefault = "default"
 // fills it in.
 const DefaultPort = 443
 
-// WorkspaceMount is the fixed path at which the workspace appears inside.
+// WorkspaceMount is where the workspace appears inside with workspace_at
+// "/workspace".
 const WorkspaceMount = "/workspace"
+
+// Values of filesystem.workspace_at.
+const (
+	// WorkspaceAtFixed mounts the workspace at WorkspaceMount.
+	WorkspaceAtFixed = WorkspaceMount
+	// WorkspaceAtHost mounts the workspace at its own host path, so that
+	// paths are the same inside and out.
+	WorkspaceAtHost = "host"
+)
 
 // SandboxHome is the sandbox user's home directory (a tmpfs).
 const SandboxHome = "/home/sandbox"
@@ -84,9 +94,16 @@ type Filesystem struct {
 	// Tooling is "host" (the host's /usr, /bin, /lib*, /opt and /etc minus
 	// a mask, read-only) or "rootfs:DIR" (DIR as the read-only root).
 	Tooling string `toml:"tooling"`
-	// Workspace is the host directory mounted read-write at /workspace.
-	// Empty means the current directory of the invoking process.
+	// Workspace is the host directory mounted read-write inside (at
+	// WorkspaceAt). Empty means the current directory of the invoking
+	// process.
 	Workspace string `toml:"workspace"`
+	// WorkspaceAt is where the workspace appears inside: WorkspaceAtFixed
+	// ("/workspace") or WorkspaceAtHost ("host": its own host path). Empty
+	// means the entry point's default: "/workspace" for hutch run, exec and
+	// session; "host" for hutch mcp and the Go API, whose callers are
+	// host-side agents that send host paths.
+	WorkspaceAt string `toml:"workspace_at"`
 	// Protected lists paths relative to the workspace that stay read-only
 	// inside, and cannot be created when absent.
 	Protected []string `toml:"protected"`

@@ -91,6 +91,12 @@ func (v *validator) filesystem(f *Filesystem) {
 	if f.Workspace != "" && !filepath.IsAbs(f.Workspace) {
 		v.bad("filesystem.workspace", "must be an absolute path (or empty for the current directory), not %q", f.Workspace)
 	}
+	switch f.WorkspaceAt {
+	case "", WorkspaceAtFixed, WorkspaceAtHost:
+	default:
+		v.bad("filesystem.workspace_at", "must be %q (the workspace at %s inside), %q (at its own host path) or empty (the entry point's default), not %q",
+			WorkspaceAtFixed, WorkspaceMount, WorkspaceAtHost, f.WorkspaceAt)
+	}
 	for i, path := range f.Protected {
 		key := fmt.Sprintf("filesystem.protected[%d]", i)
 		switch {

@@ -269,7 +269,7 @@ func (s *Server) exec(ctx context.Context, c *net.UnixConn, req *Request, fds []
 		send(c, &Reply{Op: "started", SandboxID: s.Session.ID()})
 	}
 	res, err := s.Session.Exec(ectx, &hutch.ExecOptions{
-		Argv: req.Argv, Env: req.Env, ExtraEnv: req.ExtraEnv, Cwd: req.Cwd,
+		Argv: req.Argv, Env: req.Env, ExtraEnv: req.ExtraEnv, Cwd: req.Cwd, HostCwd: req.HostCwd,
 		Timeout: time.Duration(req.TimeoutMS) * time.Millisecond,
 		Stdin:   files[0], Stdout: files[1], Stderr: files[2], Signals: sigs, Terminal: term,
 	})

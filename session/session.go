@@ -71,6 +71,9 @@ type Request struct {
 	Env      []string `json:"env,omitempty"`
 	ExtraEnv []string `json:"extra_env,omitempty"`
 	Cwd      string   `json:"cwd,omitempty"`
+	// HostCwd is the client's current directory on the host: with Cwd
+	// empty, the command starts at the same place in the workspace.
+	HostCwd string `json:"host_cwd,omitempty"`
 	// TimeoutMS overrides the policy's timeout when > 0.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 	Signal    int   `json:"signal,omitempty"`

@@ -115,6 +115,25 @@ func userDir(t *testing.T) string {
 	return d
 }
 
+// ownTree gives dir and everything beneath it to the user hutch runs as
+// under o: root for o.root (whose sandbox has no capability to write
+// another user's files), else the test user.
+func ownTree(t *testing.T, o opts, dir string) {
+	t.Helper()
+	uid, gid := testUID, testGID
+	if o.root {
+		uid, gid = 0, 0
+	}
+	if err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // writeUserFile writes a file owned by the test user.
 func writeUserFile(t *testing.T, path, content string) {
 	t.Helper()

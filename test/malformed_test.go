@@ -175,7 +175,7 @@ func TestMalformedInput(t *testing.T) {
 		// Unknown keys.
 		pol("unknown-top.toml", "versoin = 1\n", `1: unknown key "versoin" (valid top-level keys: version, enforcement, sandbox, filesystem, resources, network, lifecycle, environment, seccomp)`),
 		pol("unknown-table.toml", "[filesystm]\n", `1: unknown key "filesystm" (valid top-level keys: `),
-		pol("unknown-in-table.toml", "[filesystem]\ntmpsize = \"1GiB\"\n", `2: unknown key "filesystem.tmpsize" (valid keys in [filesystem]: tooling, workspace, protected, read_only, tmp_size, home_size, shm_size, sys)`),
+		pol("unknown-in-table.toml", "[filesystem]\ntmpsize = \"1GiB\"\n", `2: unknown key "filesystem.tmpsize" (valid keys in [filesystem]: tooling, workspace, workspace_at, protected, read_only, tmp_size, home_size, shm_size, sys)`),
 		pol("unknown-in-entry.toml", "[[network.allow]]\nhost = \"a.example.com\"\nreason = \"r\"\nport = 443\n", `4: unknown key "network.allow[0].port" (valid keys in [[network.allow]]: host, ports, addresses, reason)`),
 		pol("unknown-in-bind.toml", "[[filesystem.read_only]]\nsrc = \"/srv\"\n", `2: unknown key "filesystem.read_only[0].src" (valid keys in [[filesystem.read_only]]: source, target)`),
 		pol("unknown-nested.toml", "[sandbox.extra.deep]\nz = 1\n", `1: unknown key "sandbox.extra" (valid keys in [sandbox]: uid, gid, hostname)`),
@@ -391,7 +391,8 @@ func TestSessionRefusesBadExecRequest(t *testing.T) {
 // serving.
 func TestMalformedMCPArguments(t *testing.T) {
 	ws := userDir(t)
-	const cwdMsg = `outside /workspace: commands run in the workspace; pass a directory relative to /workspace (e.g. "src") or an absolute path below it`
+	// hutch mcp has the workspace at its host path.
+	cwdMsg := `outside ` + ws + `: commands run in the workspace; pass a directory relative to ` + ws + ` (e.g. "src") or an absolute path below it`
 	cases := []struct{ args, want string }{
 		{`{}`, `invalid input: command is empty: pass a shell command line, e.g. "ls -la"`},
 		{`{"command":""}`, `invalid input: command is empty: pass a shell command line`},
@@ -400,9 +401,9 @@ func TestMalformedMCPArguments(t *testing.T) {
 		{`{"command":1}`, `invalid input: argument "command": want a string, got JSON number`},
 		{`{"command":["ls"]}`, `invalid input: argument "command": want a string, got JSON array`},
 		{`{"command":null}`, `invalid input: command is empty`},
-		{`{"command":"ls","cwd":"../etc"}`, `invalid input: cwd "../etc" resolves to /etc, ` + cwdMsg},
+		{`{"command":"ls","cwd":"../etc"}`, `invalid input: cwd "../etc" resolves to ` + filepath.Join(filepath.Dir(ws), "etc") + `, ` + cwdMsg},
 		{`{"command":"ls","cwd":"/etc"}`, `invalid input: cwd "/etc" resolves to /etc, ` + cwdMsg},
-		{`{"command":"ls","cwd":"/workspace/../tmp"}`, `invalid input: cwd "/workspace/../tmp" resolves to /tmp, ` + cwdMsg},
+		{`{"command":"ls","cwd":"/workspace/src"}`, `invalid input: cwd "/workspace/src" resolves to /workspace/src, ` + cwdMsg},
 		{`{"command":"ls","cwd":"a\u0000"}`, `invalid input: cwd contains a NUL byte`},
 		{`{"command":"ls","cwd":5}`, `invalid input: argument "cwd": want a string, got JSON number`},
 		{`{"command":"ls","timeout_seconds":-1}`, `invalid input: timeout_seconds -1: must be positive (or 0 for the policy's timeout)`},

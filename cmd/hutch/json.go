@@ -25,9 +25,12 @@ var jsonFlag = &cli.BoolFlag{Name: "json", Usage: "capture stdout and stderr and
 // printJSONResult runs argv through tool and prints the result object; the
 // exit status is the command's.
 func printJSONResult(ctx context.Context, tool *agent.Tool, argv []string, cwd string, timeout time.Duration, fresh bool) error {
-	dir, err := agent.ResolveCwd(cwd)
-	if err != nil {
-		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+	dir := cwd
+	if tool.Workspace.Mount != "" {
+		var err error
+		if dir, err = tool.ResolveCwd(cwd); err != nil {
+			return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+		}
 	}
 	res, err := tool.RunArgv(ctx, argv, dir, timeout, fresh)
 	if err != nil {
@@ -42,12 +45,12 @@ func printJSONResult(ctx context.Context, tool *agent.Tool, argv []string, cwd s
 }
 
 // runJSON is `hutch run --json`.
-func runJSON(c *cli.Context, p *policy.Policy, secLog *seclog.Log, logger *slog.Logger) error {
+func runJSON(c *cli.Context, p *policy.Policy, ws policy.WorkspacePaths, cwd string, secLog *seclog.Log, logger *slog.Logger) error {
 	tool := &agent.Tool{Exec: &agent.HutchExecutor{
 		Policy: p, SecurityLog: secLog, HostEnv: os.Environ(), ExtraEnv: c.StringSlice("env"), Logger: logger,
 		ForwardSignals: true,
-	}}
-	return printJSONResult(c.Context, tool, c.Args().Slice(), c.String("cwd"), 0, false)
+	}, Workspace: ws}
+	return printJSONResult(c.Context, tool, c.Args().Slice(), cwd, 0, false)
 }
 
 // clientExecutor runs commands in a running session over its socket.
@@ -71,7 +74,7 @@ func (e *clientExecutor) Run(ctx context.Context, req agent.ExecRequest) (agent.
 		if err != nil {
 			return agent.ExecResult{}, err
 		}
-		return (&agent.HutchExecutor{Policy: p, HostEnv: os.Environ(), ExtraEnv: e.extraEnv, ForwardSignals: true}).Run(ctx, req)
+		return (&agent.HutchExecutor{Policy: p, HostEnv: os.Environ(), ExtraEnv: e.extraEnv, ForwardSignals: true, HostCwd: hostCwd()}).Run(ctx, req)
 	}
 	// Relayed to the command, as the plain `hutch exec` does.
 	sigs := make(chan os.Signal, 4)
@@ -82,12 +85,19 @@ func (e *clientExecutor) Run(ctx context.Context, req agent.ExecRequest) (agent.
 		return agent.ExecResult{}, err
 	}
 	defer stdin.Close()
-	rep, err := cl.Exec(&session.Request{Argv: req.Argv, Env: os.Environ(), ExtraEnv: e.extraEnv, Cwd: req.Cwd, TimeoutMS: req.Timeout.Milliseconds()},
+	rep, err := cl.Exec(&session.Request{Argv: req.Argv, Env: os.Environ(), ExtraEnv: e.extraEnv, Cwd: req.Cwd, HostCwd: hostCwd(), TimeoutMS: req.Timeout.Milliseconds()},
 		stdin, req.Stdout, req.Stderr, sigs)
 	if err != nil {
 		return agent.ExecResult{}, err
 	}
 	return agent.ExecResult{ExitCode: rep.ExitCode, TimedOut: rep.TimedOut, Events: rep.Messages, SandboxID: rep.SandboxID}, nil
+}
+
+// hostCwd is the caller's current directory, "" when it cannot be had: a
+// command given no cwd starts at the same place in the workspace.
+func hostCwd() string {
+	wd, _ := os.Getwd()
+	return wd
 }
 
 // execJSON is `hutch exec --json`.

@@ -109,7 +109,8 @@ func newAppUncached() *cli.App {
 func policyFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "policy", Usage: "policy `FILE` (TOML); default: the built-in policy (docs/POLICY.md)"},
-		&cli.StringFlag{Name: "workspace", Aliases: []string{"w"}, Usage: "host `DIR` mounted read-write at /workspace (default: current directory)"},
+		&cli.StringFlag{Name: "workspace", Aliases: []string{"w"}, Usage: "host `DIR` mounted read-write inside, at /workspace or --workspace-at (default: current directory)"},
+		&cli.StringFlag{Name: "workspace-at", Usage: "where the workspace appears inside: /workspace, or host (its own host path; the default of hutch mcp)"},
 		&cli.StringFlag{Name: "tooling", Usage: "read-only tooling tree: host, or rootfs:`DIR`"},
 		&cli.StringFlag{Name: "timeout", Usage: "wall-clock limit per execution, e.g. 30s, 10m"},
 		&cli.StringSliceFlag{Name: "ro-bind", Usage: "extra read-only bind `SRC[:DST]` (repeatable)"},
@@ -126,8 +127,10 @@ func policyFlags() []cli.Flag {
 }
 
 // effectivePolicy loads the policy and applies flag overrides; it validates
-// the result. Errors name the flag or file and key.
-func effectivePolicy(c *cli.Context) (*policy.Policy, error) {
+// the result. Errors name the flag or file and key. workspaceAt is the
+// command's default of filesystem.workspace_at, set when neither the file
+// nor --workspace-at gives one ("" leaves it unset).
+func effectivePolicy(c *cli.Context, workspaceAt string) (*policy.Policy, error) {
 	p := policy.Default()
 	if f := c.String("policy"); f != "" {
 		lp, err := policy.Load(f)
@@ -142,6 +145,12 @@ func effectivePolicy(c *cli.Context) (*policy.Policy, error) {
 	}
 	if v := c.String("tooling"); v != "" {
 		p.Filesystem.Tooling = v
+	}
+	if v := c.String("workspace-at"); v != "" {
+		p.Filesystem.WorkspaceAt = v
+	}
+	if p.Filesystem.WorkspaceAt == "" {
+		p.Filesystem.WorkspaceAt = workspaceAt
 	}
 	if d, err := timeoutFlag(c); err != nil {
 		return nil, err
@@ -280,14 +289,24 @@ func runCommand() *cli.Command {
 			if c.NArg() == 0 {
 				return &exitError{hutch.ExitSetup, "hutch: no command given: usage: hutch run [flags] -- COMMAND [ARG...]"}
 			}
-			if _, err := policy.InsideCwd(c.String("cwd")); err != nil {
-				return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
-			}
 			if err := envFlag(c); err != nil {
 				return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 			}
-			p, err := effectivePolicy(c)
+			p, err := effectivePolicy(c, policy.WorkspaceAtFixed)
 			if err != nil {
+				return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+			}
+			// The working directory, checked before anything is made: the
+			// --cwd given, or the caller's own place in the workspace.
+			wsHost, err := hutch.ResolveWorkspace(p.Filesystem.Workspace)
+			if err != nil {
+				return &exitError{hutch.ExitSetup, "hutch: cannot set up the sandbox: " + err.Error()}
+			}
+			ws := p.Filesystem.PathsFor(wsHost, "")
+			cwd := c.String("cwd")
+			if cwd == "" {
+				cwd = ws.HostCwd(hostCwd())
+			} else if _, err := ws.Cwd(cwd); err != nil {
 				return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 			}
 			var logger *slog.Logger
@@ -312,7 +331,7 @@ func runCommand() *cli.Command {
 				fmt.Fprintln(os.Stderr, "hutch: warning: no security log (neither XDG_STATE_HOME nor HOME is set); pass --security-log FILE")
 			}
 			if c.Bool("json") {
-				return runJSON(c, p, secLog, logger)
+				return runJSON(c, p, ws, cwd, secLog, logger)
 			}
 			cliDone := monotonic()
 			res, err := hutch.Run(c.Context, &hutch.RunOptions{
@@ -321,7 +340,7 @@ func runCommand() *cli.Command {
 				Argv:           c.Args().Slice(),
 				HostEnv:        os.Environ(),
 				ExtraEnv:       c.StringSlice("env"),
-				Cwd:            c.String("cwd"),
+				Cwd:            cwd,
 				Stdin:          os.Stdin,
 				Stdout:         os.Stdout,
 				Stderr:         os.Stderr,
@@ -365,7 +384,7 @@ func policyCommand() *cli.Command {
 				Usage: "print the effective policy (built-in default, --policy file and flags)",
 				Flags: policyFlags(),
 				Action: func(c *cli.Context) error {
-					p, err := effectivePolicy(c)
+					p, err := effectivePolicy(c, "")
 					if err != nil {
 						return &exitError{1, "hutch: " + err.Error()}
 					}
@@ -427,7 +446,7 @@ func seccompCommand() *cli.Command {
 			Usage: "print the effective seccomp rules (built-in default, --policy file or --seccomp-profile)",
 			Flags: policyFlags(),
 			Action: func(c *cli.Context) error {
-				p, err := effectivePolicy(c)
+				p, err := effectivePolicy(c, "")
 				if err != nil {
 					return &exitError{1, "hutch: " + err.Error()}
 				}

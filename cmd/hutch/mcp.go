@@ -58,7 +58,7 @@ func serveMCP(c *cli.Context) error {
 		sandboxLogger = slog.New(later.Handler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	}
 
-	p, err := effectivePolicy(c)
+	p, err := effectivePolicy(c, policy.WorkspaceAtHost)
 	if err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
@@ -97,7 +97,7 @@ func serveMCP(c *cli.Context) error {
 	if err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
-	tool := &agent.Tool{Exec: exec, MaxOutput: maxOutput, MaxTimeout: p.Resources.Timeout.D()}
+	tool := &agent.Tool{Exec: exec, MaxOutput: maxOutput, MaxTimeout: p.Resources.Timeout.D(), Workspace: p.Filesystem.PathsFor(ws, "")}
 	defer func() {
 		if err := tool.Close(); err != nil {
 			logger.Warn("hutch mcp: closing the executor", "err", err)
@@ -143,7 +143,7 @@ func serveMCP(c *cli.Context) error {
 // Tool.Validate check the same things, with messages that name the field.
 func newMCPServer(lifetime context.Context, tool *agent.Tool, p *policy.Policy, maxOutput int, logger, sdkLogger *slog.Logger) (*mcp.Server, error) {
 	server := mcp.NewServer(&mcp.Implementation{Name: "hutch", Title: "hutch sandbox", Version: version}, &mcp.ServerOptions{
-		Instructions: "hutch runs shell commands in a rootless sandbox with the project at /workspace. Use run_command for every command; read policy_events in each result: blocked actions are policy decisions to report to the user, not errors to retry.",
+		Instructions: "hutch runs shell commands in a rootless sandbox with the project at " + tool.Workspace.Mount + ". Use run_command for every command; read policy_events in each result: blocked actions are policy decisions to report to the user, not errors to retry.",
 		Logger:       sdkLogger,
 	})
 	inSchema, err := jsonschema.For[agent.RunCommandInput](&jsonschema.ForOptions{})
@@ -157,7 +157,7 @@ func newMCPServer(lifetime context.Context, tool *agent.Tool, p *policy.Policy, 
 	server.AddTool(&mcp.Tool{
 		Name:         agent.ToolName,
 		Title:        "Run a command in the hutch sandbox",
-		Description:  agent.Describe(p, maxOutput),
+		Description:  agent.Describe(p, agent.DescribeOptions{Workspace: tool.Workspace, MaxOutput: maxOutput, Session: isSession(tool)}),
 		Annotations:  &mcp.ToolAnnotations{Title: "Run a command in the hutch sandbox"},
 		InputSchema:  inSchema,
 		OutputSchema: outSchema,
@@ -196,6 +196,12 @@ func newMCPServer(lifetime context.Context, tool *agent.Tool, p *policy.Policy, 
 // mcpTextTail is how much of the end of stdout and of stderr the text
 // content repeats when the structured content has all of it.
 const mcpTextTail = 4 << 10
+
+// isSession reports whether tool's calls share one sandbox.
+func isSession(tool *agent.Tool) bool {
+	_, ok := tool.Exec.(*agent.SessionExecutor)
+	return ok
+}
 
 // resultContent is a call's result as the client can take it, with the
 // output once (the tool caps it as JSON escapes it, so a response is at

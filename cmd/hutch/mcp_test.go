@@ -118,7 +118,7 @@ func connect(tb testing.TB, e agent.Executor) *mcp.ClientSession {
 	tb.Helper()
 	ctx := context.Background()
 	lg := slog.New(slog.DiscardHandler)
-	srv, err := newMCPServer(ctx, &agent.Tool{Exec: e}, policy.Default(), agent.DefaultMaxOutput, lg, lg)
+	srv, err := newMCPServer(ctx, &agent.Tool{Exec: e, Workspace: policy.WorkspacePaths{Host: "/home/u/proj", Mount: "/home/u/proj"}}, policy.Default(), agent.DefaultMaxOutput, lg, lg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestMCPToolSchemasAndResults(t *testing.T) {
 		t.Errorf("structured content %s", sc)
 	}
 	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: agent.ToolName, Arguments: map[string]any{"command": "x", "cwd": "/etc"}})
-	if err != nil || !res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "invalid input: cwd \"/etc\" resolves to /etc, outside /workspace") {
+	if err != nil || !res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "invalid input: cwd \"/etc\" resolves to /etc, outside /home/u/proj") {
 		t.Errorf("cwd outside the workspace: %+v, %v", res, err)
 	}
 }

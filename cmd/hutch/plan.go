@@ -14,6 +14,7 @@ import (
 	"github.com/hutchsandbox/hutch/cgroup"
 	"github.com/hutchsandbox/hutch/mounts"
 	"github.com/hutchsandbox/hutch/plan"
+	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seclog"
 )
 
@@ -31,7 +32,7 @@ func planCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print the whole plan as JSON"},
 		),
 		Action: func(c *cli.Context) error {
-			p, err := effectivePolicy(c)
+			p, err := effectivePolicy(c, policy.WorkspaceAtFixed)
 			if err != nil {
 				return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 			}
@@ -41,7 +42,7 @@ func planCommand() *cli.Command {
 			}
 			var req *plan.Request
 			if c.NArg() > 0 {
-				req = &plan.Request{Argv: c.Args().Slice(), Cwd: c.String("cwd"), ExtraEnv: c.StringSlice("env")}
+				req = &plan.Request{Argv: c.Args().Slice(), Cwd: c.String("cwd"), HostCwd: hostCwd(), ExtraEnv: c.StringSlice("env")}
 			}
 			h, err := plan.Gather(p, plan.GatherOptions{Env: os.Environ(), SecurityLog: logPath})
 			if err != nil {

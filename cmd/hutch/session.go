@@ -64,7 +64,7 @@ func sessionCommand() *cli.Command {
 // sessionStart starts `hutch session serve` detached, hands it the
 // effective policy on stdin, and waits for it to report readiness on fd 3.
 func sessionStart(c *cli.Context) error {
-	p, err := effectivePolicy(c)
+	p, err := effectivePolicy(c, policy.WorkspaceAtFixed)
 	if err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
@@ -276,9 +276,6 @@ func execAction(c *cli.Context) error {
 	if err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
-	if _, err := policy.InsideCwd(c.String("cwd")); err != nil {
-		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
-	}
 	if err := envFlag(c); err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
@@ -297,8 +294,8 @@ func execAction(c *cli.Context) error {
 		return execFresh(c, cl, argv, timeout, sigs)
 	}
 	rep, err := cl.Exec(&session.Request{
-		Argv: argv, Env: os.Environ(), ExtraEnv: c.StringSlice("env"), Cwd: c.String("cwd"), TimeoutMS: timeout.Milliseconds(),
-		Terminal: true,
+		Argv: argv, Env: os.Environ(), ExtraEnv: c.StringSlice("env"), Cwd: c.String("cwd"), HostCwd: hostCwd(),
+		TimeoutMS: timeout.Milliseconds(), Terminal: true,
 	}, os.Stdin, os.Stdout, os.Stderr, sigs)
 	if err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
@@ -327,6 +324,11 @@ func execFresh(c *cli.Context, cl *session.Client, argv []string, timeout time.D
 	if timeout > 0 {
 		p.Resources.Timeout = policy.Duration(timeout)
 	}
+	if wsHost, err := hutch.ResolveWorkspace(p.Filesystem.Workspace); err == nil {
+		if _, err := p.Filesystem.PathsFor(wsHost, "").Cwd(c.String("cwd")); err != nil {
+			return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+		}
+	}
 	signal.Stop(sigs)
 	var sl *seclog.Log
 	if path := seclog.DefaultPath(); path != "" {
@@ -335,7 +337,7 @@ func execFresh(c *cli.Context, cl *session.Client, argv []string, timeout time.D
 		}
 	}
 	res, err := hutch.Run(c.Context, &hutch.RunOptions{
-		Policy: p, Argv: argv, HostEnv: os.Environ(), ExtraEnv: c.StringSlice("env"), Cwd: c.String("cwd"),
+		Policy: p, Argv: argv, HostEnv: os.Environ(), ExtraEnv: c.StringSlice("env"), Cwd: c.String("cwd"), HostCwd: hostCwd(),
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, ForwardSignals: true, Terminal: true, SecurityLog: sl,
 	})
 	if err != nil {

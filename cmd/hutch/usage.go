@@ -101,7 +101,7 @@ func envFlag(c *cli.Context) error {
 // flagKeys are the policy keys that flags set, for errors about the
 // effective policy.
 var flagKeys = map[string]string{
-	"filesystem.workspace": "workspace", "filesystem.tooling": "tooling", "filesystem.tmp_size": "tmp-size",
+	"filesystem.workspace": "workspace", "filesystem.workspace_at": "workspace-at", "filesystem.tooling": "tooling", "filesystem.tmp_size": "tmp-size",
 	"resources.memory": "memory", "resources.pids": "pids", "resources.cpus": "cpus", "resources.timeout": "timeout",
 	"network.mode": "net", "seccomp.profile": "seccomp-profile",
 	"seccomp.ptrace": "allow-ptrace",
