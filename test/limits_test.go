@@ -274,6 +274,12 @@ func TestDoctor(t *testing.T) {
 		if rep.Cgroup.Backend != "rlimit" || !strings.HasPrefix(rep.Areas["RESOURCES"], "partly") {
 			t.Errorf("unprivileged on this host: backend %q, RESOURCES %q", rep.Cgroup.Backend, rep.Areas["RESOURCES"])
 		}
+		// How precise the watchdog is, in words.
+		for _, w := range []string{"every 50ms it sums the sandbox's memory", "runs ahead of it", "reported when a look finds the limit reached", "cpus are not limited"} {
+			if !strings.Contains(rep.Areas["RESOURCES"], w) {
+				t.Errorf("RESOURCES does not say %q: %s", w, rep.Areas["RESOURCES"])
+			}
+		}
 	}
 	cmd := hutchCmd(opts{dir: ws}, "doctor")
 	cmd.Path = "/usr/bin/unshare"
