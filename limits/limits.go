@@ -66,7 +66,7 @@ func Setup(ctx context.Context, r plan.Resources, id string, strict bool, logger
 			return nil, fmt.Errorf("create the sandbox's cgroup: %w", err)
 		}
 		if strict {
-			return nil, fmt.Errorf("enforcement = \"strict\": resources.memory, resources.pids and resources.cpus cannot be enforced here (only per-process rlimits are available): %w", err)
+			return nil, fmt.Errorf("enforcement = \"strict\": resources.memory, resources.pids and resources.cpus cannot be enforced here (there are only per-process rlimits, a sampling memory watchdog and no cpu limit): %w", err)
 		}
 		l.reason = err.Error()
 	} else {

@@ -267,7 +267,7 @@ func buildResources(p *policy.Policy, h *Host, strict, session bool) (Resources,
 	}
 	if r.Backend == cgroup.BackendRlimit {
 		if strict {
-			return r, fmt.Errorf("enforcement = \"strict\": resources.memory, resources.pids and resources.cpus cannot be enforced here (only per-process rlimits are available): %w: %s", cgroup.ErrUnavailable, r.BackendReason)
+			return r, fmt.Errorf("enforcement = \"strict\": resources.memory, resources.pids and resources.cpus cannot be enforced here (there are only per-process rlimits, a sampling memory watchdog and no cpu limit): %w: %s", cgroup.ErrUnavailable, r.BackendReason)
 		}
 		if r.Limits.Pids > 0 {
 			r.PidsMargin = nprocMargin

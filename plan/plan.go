@@ -157,7 +157,8 @@ type Seccomp struct {
 // Resources are the sandbox's limits and how this host enforces them.
 type Resources struct {
 	// Backend is the cgroup backend the host gives (cgroup.Backend*), or
-	// cgroup.BackendRlimit when only per-process rlimits are available.
+	// cgroup.BackendRlimit when only per-process rlimits (and the Watchdog)
+	// are available.
 	Backend string `json:"backend"`
 	// BackendReason says why that backend.
 	BackendReason string `json:"backend_reason,omitempty"`
