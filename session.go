@@ -167,8 +167,7 @@ func (s *Session) start(ctx context.Context, t0 time.Time) error {
 		}
 		if s.limits.Cgroup() == nil && sb.Resources.Cgroup != nil {
 			// The plan expected a cgroup, but none could be made.
-			s.warn(plan.Warning{Subject: "rlimit-fallback",
-				Message: "memory, pids and cpus are capped only per process here (no cgroup): " + s.limits.FallbackReason()})
+			s.warn(plan.FallbackWarning(s.limits.FallbackReason()))
 		}
 		cfg := &nsjail.Config{Executable: o.Executable, Logger: o.Logger, Prestarted: o.Prestarted,
 			Spawner: sb.Process.Spawner, Listener: s.listener}
@@ -230,6 +229,7 @@ func (s *Session) start(ctx context.Context, t0 time.Time) error {
 	if err != nil {
 		return err
 	}
+	s.limits.Watch(s.sb.InitPid()) // the rlimit backend's watchdog; its /proc is mounted now
 	if o.Timing {
 		s.timing = append(s.timing, nsjail.Stage{Name: "supervisor.configure", Usec: time.Since(tLaunch).Microseconds()})
 	}
@@ -443,6 +443,7 @@ func (s *Session) Exec(ctx context.Context, o *ExecOptions) (*Result, error) {
 	stopWatch := s.rec.Watch(c.rec)
 	defer stopWatch()
 	before := s.limits.Events()
+	defer s.limits.Busy()()
 	req := &nsjail.ExecRequest{Argv: o.Argv, Env: env, Cwd: cwd, Stdin: stdin, Stdout: stdout, Stderr: stderr, Tag: c}
 	if o.Terminal != nil {
 		req.Terminal, req.TerminalStreams = o.Terminal.Master, streams(stdin, stdout, stderr)

@@ -646,7 +646,7 @@ func (h Host) String() string {
 		}
 		fmt.Fprintf(&b, "  init: %s\n", start)
 	} else {
-		b.WriteString("  limits enforced with rlimits in the sandbox: RLIMIT_AS (memory), RLIMIT_NPROC (processes), RLIMIT_FSIZE, RLIMIT_NOFILE; no cpus limit\n")
+		b.WriteString("  limits enforced with rlimits in the sandbox: RLIMIT_NPROC (processes), RLIMIT_FSIZE, RLIMIT_NOFILE; memory by the supervisor's watchdog (package limits), sampled, not exact; no cpus limit\n")
 	}
 	for _, r := range h.Rejected {
 		fmt.Fprintf(&b, "not %s: %s\n", r.Backend, r.Reason)

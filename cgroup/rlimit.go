@@ -15,13 +15,6 @@ type Rlimit struct {
 	Max      uint64 `json:"max"`
 }
 
-// MinAddressSpace is the smallest RLIMIT_AS Rlimits sets: 1 GiB. A Go
-// program reserves about 800 MiB of address space at start ("fatal error:
-// failed to reserve page summary memory" below that, measured with Go 1.26
-// on amd64), so a smaller limit would make every Go program in the sandbox
-// fail before main.
-const MinAddressSpace = 1 << 30
-
 var rlimitNames = map[int]string{
 	unix.RLIMIT_AS:     "RLIMIT_AS",
 	unix.RLIMIT_NPROC:  "RLIMIT_NPROC",
@@ -43,12 +36,11 @@ func (r Rlimit) String() string {
 	return fmt.Sprintf("%s=%d", r.Name(), r.Max)
 }
 
-// Rlimits returns the limits that stand in for a cgroup when New returned
-// ErrUnavailable; the exec stage sets them (setrlimit) right before execve
-// of the command, in the order given: RLIMIT_AS comes last, since after it
-// the Go runtime or any other setup step may fail with ENOMEM. fileSize
-// (bytes) and openFiles are set when > 0, on every backend's sandbox, not
-// only here; they are not cgroup limits.
+// Rlimits returns the limits that stand in for a cgroup's pids limit when
+// New returned ErrUnavailable; the exec stage sets them (setrlimit) right
+// before execve of the command, in the order given. fileSize (bytes) and
+// openFiles are set when > 0, on every backend's sandbox, not only here;
+// they are not cgroup limits.
 //
 // What each does, and does not:
 //
@@ -66,18 +58,20 @@ func (r Rlimit) String() string {
 //     the host, hutch's and the user's own included. fork/clone fail with
 //     EAGAIN beyond it. A process with CAP_SYS_RESOURCE or CAP_SYS_ADMIN in
 //     its namespace is exempt, so it only binds after capabilities are
-//     dropped.
-//   - RLIMIT_AS = max(l.MemoryBytes, MinAddressSpace): the virtual address
-//     space of ONE process, not the memory of all together and not what it
-//     really uses (RSS): mappings that are reserved but never touched count,
-//     page cache and kernel memory do not. Beyond it mmap/brk fail with
-//     ENOMEM: Python raises MemoryError, C's malloc returns NULL, Go and
-//     the JVM abort ("failed to reserve page summary memory"; a JVM
-//     reserves its heap, code cache and class space up front and needed
-//     about 4 GiB here). Nothing is OOM-killed and no counter records it,
-//     so hutch cannot say which limit stopped the command. N processes may
-//     each use the limit: the total is bounded only by RLIMIT_NPROC ×
-//     RLIMIT_AS.
+//     dropped. No counter records a refusal.
+//
+// Memory has no rlimit here: every per-process memory rlimit counts address
+// space that runtimes reserve and never use, so any value that bounds real
+// use breaks them. RLIMIT_AS (all mappings) stops a JVM at start ("Could
+// not allocate compressed class space": it reserves its heap, 1 GiB of
+// class space and its code cache up front, about 4 GiB with a 24 GiB host)
+// and AddressSanitizer (20 TiB of shadow and allocator space, mapped
+// MAP_NORESERVE). RLIMIT_DATA (since Linux 4.7: private writable mappings,
+// MAP_NORESERVE or not) lets the JVM start, since it reserves with
+// PROT_NONE, but counts the 14 TiB of ASan's shadow: an ASan binary fails
+// with RLIMIT_DATA = 1 TiB and starts at 16 TiB (measured with gcc 12 on
+// Linux 6.18), and a limit of 16 TiB bounds nothing. The rlimit backend's memory limit is package limits' watchdog
+// instead, which measures what the sandbox's processes really use.
 //
 // CPUs has no rlimit equivalent and is not enforced: RLIMIT_CPU counts CPU
 // seconds per process (SIGXCPU at the soft limit, SIGKILL at the hard
@@ -94,13 +88,6 @@ func Rlimits(l Limits, fileSize int64, openFiles int) []Rlimit {
 	}
 	if l.Pids > 0 {
 		add(unix.RLIMIT_NPROC, uint64(l.Pids))
-	}
-	if l.MemoryBytes > 0 {
-		as := uint64(l.MemoryBytes)
-		if as < MinAddressSpace {
-			as = MinAddressSpace
-		}
-		add(unix.RLIMIT_AS, as)
 	}
 	return out
 }

@@ -1,7 +1,8 @@
 // Package limits enforces a sandbox's resources on this host, as its plan
 // says (plan.Resources): a cgroup where the host gives one, else rlimits in
-// the sandbox; and words what a command hit (memory, processes, file size,
-// CPU time) as security events.
+// the sandbox and a watchdog of its processes' memory and number
+// (plan.Watchdog); and words what a command hit (memory, processes, file
+// size, CPU time) as security events.
 package limits
 
 import (
@@ -9,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -25,13 +28,29 @@ type Sandbox struct {
 	backend string
 	reason  string // why no cgroup, when cg is nil
 	rlimits []cgroup.Rlimit
+	logger  *slog.Logger
+	// watchdog watches memory and processes on the rlimit backend (Watch
+	// starts it); nil on a cgroup, or before Watch, or with neither limit.
+	watchdog *watchdog
+	// errOnce reports the watchdog's failure to start, once.
+	errOnce sync.Once
+}
+
+// Events are what a sandbox's limits recorded: its cgroup's counters, or on
+// the rlimit backend its watchdog's (OOMKills are the processes it killed,
+// MemoryPeak the highest total it measured when it measured precisely).
+type Events struct {
+	cgroup.Events
+	// PidsReached is the number of the watchdog's looks that found a user
+	// namespace of the sandbox at RLIMIT_NPROC, where fork fails.
+	PidsReached uint64 `json:"pids_reached,omitempty"`
 }
 
 // Setup makes the sandbox's cgroup when its plan has one (named after id),
 // else, or when the cgroup cannot be made, falls back to rlimits. With
 // strict, a fallback is an error that names what cannot be enforced.
 func Setup(ctx context.Context, r plan.Resources, id string, strict bool, logger *slog.Logger) (*Sandbox, error) {
-	l := &Sandbox{res: r, backend: r.Backend, rlimits: r.Rlimits}
+	l := &Sandbox{res: r, backend: r.Backend, rlimits: r.Rlimits, logger: logger}
 	if r.Cgroup != nil {
 		cg, err := cgroup.New(ctx, id, *r.Cgroup, cgroup.Options{})
 		if err == nil {
@@ -47,7 +66,7 @@ func Setup(ctx context.Context, r plan.Resources, id string, strict bool, logger
 			return nil, fmt.Errorf("create the sandbox's cgroup: %w", err)
 		}
 		if strict {
-			return nil, fmt.Errorf("enforcement = \"strict\": resources.memory, resources.pids and resources.cpus cannot be enforced here (only per-process rlimits are available): %w", err)
+			return nil, fmt.Errorf("enforcement = \"strict\": resources.memory, resources.pids and resources.cpus cannot be enforced here (there are only per-process rlimits, a sampling memory watchdog and no cpu limit): %w", err)
 		}
 		l.reason = err.Error()
 	} else {
@@ -85,24 +104,61 @@ func (l *Sandbox) FallbackReason() string {
 	return l.reason
 }
 
-// Events reads the cgroup's counters (zero without a cgroup).
-func (l *Sandbox) Events() cgroup.Events {
-	if l == nil || l.cg == nil {
-		return cgroup.Events{}
+// Watch starts the watchdog of the sandbox whose init has host pid
+// initPid, on the rlimit backend when the plan limits memory or processes
+// (plan.Resources.Watchdog); elsewhere it does nothing. The sandbox's /proc
+// must be mounted (the init is configured). Close stops it.
+func (l *Sandbox) Watch(initPid int) {
+	if l == nil || l.cg != nil || l.res.Watchdog == nil || l.watchdog != nil {
+		return
 	}
-	e, _ := l.cg.Events()
-	return e
+	l.watchdog = newWatchdog(*l.res.Watchdog, func() (*os.File, error) { return openSandboxProc(initPid) }, l.logger)
+}
+
+func noop() {}
+
+// Busy marks a command running until done is called; the watchdog looks
+// more often meanwhile (plan.Watchdog's Interval).
+func (l *Sandbox) Busy() (done func()) {
+	if l == nil || l.watchdog == nil {
+		return noop
+	}
+	return l.watchdog.Busy()
+}
+
+// Events reads the cgroup's counters, or the watchdog's (zero with
+// neither).
+func (l *Sandbox) Events() Events {
+	switch {
+	case l == nil:
+		return Events{}
+	case l.cg != nil:
+		e, _ := l.cg.Events()
+		return Events{Events: e}
+	case l.watchdog != nil:
+		return l.watchdog.Events()
+	}
+	return Events{}
 }
 
 // Report turns what a command's run added to the counters, and how it
 // ended, into security events on rec (which the run's summary then lists).
-func (l *Sandbox) Report(before, after cgroup.Events, status unix.WaitStatus, rec *seclog.Recorder) {
+func (l *Sandbox) Report(before, after Events, status unix.WaitStatus, rec *seclog.Recorder) {
 	user := l.res.Limits
 	d := cgroup.Events{
 		OOMKills:         after.OOMKills - before.OOMKills,
 		PidsMaxHits:      after.PidsMaxHits - before.PidsMaxHits,
 		CPUThrottled:     after.CPUThrottled - before.CPUThrottled,
 		CPUThrottledUsec: after.CPUThrottledUsec - before.CPUThrottledUsec,
+	}
+	if w := l.watchdog; w != nil {
+		if err := w.Err(); err != nil {
+			l.errOnce.Do(func() {
+				rec.Record(seclog.Event{Kind: seclog.KindLimit, Rule: "resources.memory", Subject: "watchdog",
+					Message: "memory limit not enforced and process limit not reported: hutch cannot watch the sandbox's processes (" + err.Error() + "); a cgroup would enforce them: see hutch doctor", Level: slog.LevelWarn,
+					Detail: map[string]any{"backend": l.backend}})
+			})
+		}
 	}
 	if note := d.CPUNote(user); note != "" {
 		// Throttling slows a command down but stops nothing: logged, not
@@ -111,7 +167,15 @@ func (l *Sandbox) Report(before, after cgroup.Events, status unix.WaitStatus, re
 			Message: strings.TrimPrefix(note, "hutch: "), Level: slog.LevelInfo,
 			Detail: map[string]any{"backend": l.backend, "throttled_periods": d.CPUThrottled, "throttled_usec": d.CPUThrottledUsec}})
 	}
-	for _, m := range d.Messages(user) {
+	msgs := d.Messages(user)
+	if after.PidsReached > before.PidsReached {
+		lim := "process limit"
+		if user.Pids > 0 {
+			lim += fmt.Sprintf(" %d", user.Pids)
+		}
+		msgs = append(msgs, "hutch: "+lim+" reached: forks beyond it fail")
+	}
+	for _, m := range msgs {
 		kind, subject := "memory", cgroup.FormatBytes(user.MemoryBytes)
 		if strings.Contains(m, "process limit") {
 			kind, subject = "pids", fmt.Sprint(user.Pids)
@@ -121,7 +185,7 @@ func (l *Sandbox) Report(before, after cgroup.Events, status unix.WaitStatus, re
 		}
 		rec.Record(seclog.Event{Kind: seclog.KindLimit, Rule: "resources." + kind, Subject: kind + " " + subject,
 			Message: strings.TrimPrefix(m, "hutch: "), Level: slog.LevelWarn,
-			Detail: map[string]any{"backend": l.backend, "oom_kills": d.OOMKills, "forks_refused": d.PidsMaxHits, "memory_peak": after.MemoryPeak}})
+			Detail: l.detail(d, after)})
 	}
 	var m, rule string
 	fileSize := l.res.FileSize
@@ -140,9 +204,28 @@ func (l *Sandbox) Report(before, after cgroup.Events, status unix.WaitStatus, re
 	}
 }
 
-// Close kills what is left in the cgroup and removes it.
+// detail is a limit event's detail: the counters that made it.
+func (l *Sandbox) detail(d cgroup.Events, after Events) map[string]any {
+	m := map[string]any{"backend": l.backend, "oom_kills": d.OOMKills, "forks_refused": d.PidsMaxHits, "memory_peak": after.MemoryPeak}
+	if w := l.res.Watchdog; l.watchdog != nil {
+		// The watchdog's: processes it killed, the highest total it
+		// measured, how often it looks; forks refused are not known.
+		delete(m, "forks_refused")
+		m["enforced_by"], m["interval"], m["rlimit_nproc"] = "watchdog", w.Interval.String(), w.Nproc
+	}
+	return m
+}
+
+// Close stops the watchdog, kills what is left in the cgroup and removes
+// it.
 func (l *Sandbox) Close() {
-	if l == nil || l.cg == nil {
+	if l == nil {
+		return
+	}
+	if l.watchdog != nil {
+		l.watchdog.Close()
+	}
+	if l.cg == nil {
 		return
 	}
 	_ = l.cg.Kill()

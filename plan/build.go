@@ -89,8 +89,7 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 		return nil, err
 	}
 	if sb.Resources.Cgroup == nil {
-		sb.Warnings = append(sb.Warnings, Warning{Subject: "rlimit-fallback",
-			Message: "memory, pids and cpus are capped only per process here (no cgroup): " + sb.Resources.BackendReason})
+		sb.Warnings = append(sb.Warnings, FallbackWarning(sb.Resources.BackendReason))
 	}
 	if w, ok := sb.Landlock.warning(); ok {
 		sb.Warnings = append(sb.Warnings, w)
@@ -241,6 +240,13 @@ func buildSeccomp(p *policy.Policy, h *Host) Seccomp {
 	return s
 }
 
+// FallbackWarning says what the rlimit backend gives instead of a cgroup,
+// and why there is no cgroup (reason).
+func FallbackWarning(reason string) Warning {
+	return Warning{Subject: "rlimit-fallback",
+		Message: fmt.Sprintf("no cgroup here, so memory is watched (every %s, which a fast allocation can outrun), processes are capped per user namespace (RLIMIT_NPROC) and cpus not at all: %s", policy.Duration(WatchInterval), reason)}
+}
+
 // buildResources says how the policy's limits are enforced here: a cgroup
 // where the host gives one, else rlimits in the sandbox. With strict
 // enforcement, limits that no backend can enforce are an error that names
@@ -273,13 +279,26 @@ func buildResources(p *policy.Policy, h *Host, strict, session bool) (Resources,
 			rl.Max = rl.Cur
 		}
 		r.Fallback = append(r.Fallback, rl)
+		if rl.Resource == unix.RLIMIT_NPROC {
+			r.Watchdog = &Watchdog{Nproc: int64(rl.Cur)}
+		}
+	}
+	if r.Limits.MemoryBytes > 0 {
+		if r.Watchdog == nil {
+			r.Watchdog = &Watchdog{}
+		}
+		r.Watchdog.MemoryBytes = r.Limits.MemoryBytes
+	}
+	if r.Watchdog != nil {
+		r.Watchdog.Interval, r.Watchdog.IdleInterval = policy.Duration(WatchInterval), policy.Duration(WatchIdleInterval)
+		r.Watchdog.PerNamespace = r.Watchdog.Nproc > 0 && session
 	}
 	if r.Backend == "" {
 		r.Backend = cgroup.BackendRlimit
 	}
 	if r.Backend == cgroup.BackendRlimit {
 		if strict {
-			return r, fmt.Errorf("enforcement = \"strict\": resources.memory, resources.pids and resources.cpus cannot be enforced here (only per-process rlimits are available): %w: %s", cgroup.ErrUnavailable, r.BackendReason)
+			return r, fmt.Errorf("enforcement = \"strict\": resources.memory, resources.pids and resources.cpus cannot be enforced here (there are only per-process rlimits, a sampling memory watchdog and no cpu limit): %w: %s", cgroup.ErrUnavailable, r.BackendReason)
 		}
 		if r.Limits.Pids > 0 {
 			r.PidsMargin = nprocMargin

@@ -126,8 +126,13 @@ func TestBuild(t *testing.T) {
 				for _, rl := range sb.Resources.Fallback {
 					res = append(res, rl.Resource)
 				}
-				if !slices.Equal(res, []int{unix.RLIMIT_NPROC, unix.RLIMIT_AS}) {
+				if !slices.Equal(res, []int{unix.RLIMIT_NPROC}) {
 					t.Errorf("fallback rlimits %v", sb.Resources.Fallback)
+				}
+				// Memory is the watchdog's: no per-process rlimit fits the runtimes.
+				if w := sb.Resources.Watchdog; w == nil || w.MemoryBytes != 2<<30 || w.Nproc != 512+NprocMarginRun ||
+					w.PerNamespace || w.Interval.D() != WatchInterval || w.IdleInterval.D() != WatchIdleInterval {
+					t.Errorf("watchdog %+v", w)
 				}
 				if len(sb.Warnings) != 1 || sb.Warnings[0].Subject != "rlimit-fallback" || !strings.Contains(sb.Warnings[0].Message, "no delegated") {
 					t.Errorf("warnings %+v", sb.Warnings)
@@ -174,6 +179,11 @@ func TestBuild(t *testing.T) {
 				if cg == nil || cg.Pids != 512+PidsMarginSession || cg.MemoryBytes != 2<<30 || cg.CPUs != 2 || !sb.Resources.Shared {
 					t.Errorf("cgroup limits %+v", cg)
 				}
+				// Ready for a cgroup that fails to come up: a session's
+				// commands have two user namespaces.
+				if w := sb.Resources.Watchdog; w == nil || w.Nproc != 512+NprocMarginSession || !w.PerNamespace {
+					t.Errorf("fallback watchdog %+v", w)
+				}
 				if len(sb.Warnings) != 0 {
 					t.Errorf("warnings with a cgroup: %+v", sb.Warnings)
 				}
@@ -187,6 +197,15 @@ func TestBuild(t *testing.T) {
 			check: func(t *testing.T, sb *Sandbox) {
 				if cg := sb.Resources.Cgroup; cg == nil || cg.Pids != 1+PidsMarginRun || sb.Resources.Shared || sb.Resources.PidsMargin != PidsMarginRun {
 					t.Errorf("resources %+v", sb.Resources)
+				}
+			},
+		},
+		{
+			name:   "no memory or pids limit, nothing to watch",
+			policy: func(p *policy.Policy) { p.Resources.Memory, p.Resources.Pids = 0, 0 },
+			check: func(t *testing.T, sb *Sandbox) {
+				if sb.Resources.Watchdog != nil || len(sb.Resources.Fallback) != 0 {
+					t.Errorf("watchdog %+v fallback %v", sb.Resources.Watchdog, sb.Resources.Fallback)
 				}
 			},
 		},

@@ -12,6 +12,8 @@
 package plan
 
 import (
+	"time"
+
 	"github.com/hutchsandbox/hutch/cgroup"
 	"github.com/hutchsandbox/hutch/gitrepos"
 	"github.com/hutchsandbox/hutch/landlock"
@@ -43,6 +45,15 @@ const (
 	PidsMarginSession  = 5
 	NprocMarginRun     = 1
 	NprocMarginSession = 3
+)
+
+// How often the rlimit backend's watchdog (Resources.Watchdog) looks at the
+// sandbox's processes: WatchInterval while a command runs, the most a fast
+// allocation can run ahead of it; WatchIdleInterval while none does (only
+// hutch's own processes are left then, or a session's background ones).
+const (
+	WatchInterval     = 50 * time.Millisecond
+	WatchIdleInterval = time.Second
 )
 
 // Sandbox is everything one sandbox gets. Its zero value is not useful; Build
@@ -148,7 +159,8 @@ type Seccomp struct {
 // Resources are the sandbox's limits and how this host enforces them.
 type Resources struct {
 	// Backend is the cgroup backend the host gives (cgroup.Backend*), or
-	// cgroup.BackendRlimit when only per-process rlimits are available.
+	// cgroup.BackendRlimit when only per-process rlimits (and the Watchdog)
+	// are available.
 	Backend string `json:"backend"`
 	// BackendReason says why that backend.
 	BackendReason string `json:"backend_reason,omitempty"`
@@ -168,8 +180,39 @@ type Resources struct {
 	// Fallback are the rlimits that stand in for the cgroup when none can be
 	// made (the rlimit backend, or a cgroup that fails to come up).
 	Fallback []cgroup.Rlimit `json:"fallback,omitempty"`
+	// Watchdog stands in, with Fallback, for the cgroup's memory limit and
+	// its record of the pids limit; nil when neither is set.
+	Watchdog *Watchdog `json:"watchdog,omitempty"`
 	// FileSize is the policy's file size limit (for messages).
 	FileSize policy.Size `json:"file_size"`
+}
+
+// Watchdog is what package limits watches on the rlimit backend, where no
+// per-process rlimit can stand for memory (see cgroup.Rlimits): it looks at
+// the sandbox's processes every Interval while a command runs (every
+// IdleInterval while none does; less often when one look costs more than
+// 2% of the time between two), kills the largest when their memory exceeds
+// MemoryBytes, as the OOM killer does in a cgroup, and reports the process
+// limit when it finds it reached. It sees only what is there when it
+// looks: a fast allocation gets ahead of it by what it allocates in an
+// interval, and a fork bomb that gives up within one may go unreported.
+type Watchdog struct {
+	// MemoryBytes is resources.memory, for the proportional set size of
+	// the sandbox's anonymous and shared memory and of its swap (each page
+	// counted once, however many processes share it); 0: not watched.
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// Nproc is RLIMIT_NPROC as Fallback sets it: a user namespace of the
+	// sandbox whose processes and threads reach it is reported as having
+	// reached the process limit (fork fails there); 0: not watched.
+	Nproc int64 `json:"nproc,omitempty"`
+	// PerNamespace: the commands have more than one user namespace (a
+	// session's first command has its own, the later ones share the
+	// spawner's), each with its own RLIMIT_NPROC count; else one holds
+	// every process but the init.
+	PerNamespace bool `json:"per_namespace,omitempty"`
+	// Interval and IdleInterval are WatchInterval and WatchIdleInterval.
+	Interval     policy.Duration `json:"interval"`
+	IdleInterval policy.Duration `json:"idle_interval"`
 }
 
 // Network is the network mode and the egress proxy.

@@ -15,6 +15,7 @@ import (
 	"github.com/hutchsandbox/hutch/cgroup"
 	"github.com/hutchsandbox/hutch/landlock"
 	"github.com/hutchsandbox/hutch/nsjail"
+	"github.com/hutchsandbox/hutch/plan"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seccompprofiles"
 )
@@ -165,13 +166,14 @@ func diagnose(ctx context.Context) *doctorReport {
 	r.Areas["FILESYSTEM"] = fs
 	switch b := r.Cgroup.Backend; b {
 	case cgroup.BackendRlimit, "":
-		r.Areas["RESOURCES"] = "partly: no usable cgroup, so memory, pids and cpus are per-process rlimits (RLIMIT_AS, RLIMIT_NPROC); file size, open files, tmpfs sizes and the timeout are enforced. Fix: " + r.Cgroup.Reason
+		r.Areas["RESOURCES"] = fmt.Sprintf("partly: no usable cgroup, so hutch watches memory: every %s it sums the sandbox's memory and kills the largest process above the limit (an allocation faster than that runs ahead of it by what it allocates in %s); processes are capped exactly by RLIMIT_NPROC per user namespace, which records no refused fork: a fork bomb is reported when a look finds the limit reached, so one that gives up within %s may not be; cpus are not limited; file size, open files, tmpfs sizes and the timeout are enforced. Fix: %s",
+			policy.Duration(plan.WatchInterval), policy.Duration(plan.WatchInterval), policy.Duration(plan.WatchInterval), r.Cgroup.Reason)
 	default:
 		where := strings.Join(r.Cgroup.Where, ", ")
 		if where == "" {
 			where = r.Cgroup.Reason
 		}
-		r.Areas["RESOURCES"] = fmt.Sprintf("enforced: %s (%s), controllers %s; file size, open files, tmpfs sizes and the timeout too", b, where, strings.Join(r.Cgroup.Controllers, ", "))
+		r.Areas["RESOURCES"] = fmt.Sprintf("enforced: %s (%s), controllers %s: exact, the kernel charges every page to the memory limit and refuses every fork beyond the process limit, and counts OOM kills and refused forks; file size, open files, tmpfs sizes and the timeout too", b, where, strings.Join(r.Cgroup.Controllers, ", "))
 	}
 	net := "enforced: network namespace with loopback only; egress only through hutch's allowlisting proxy"
 	if st.ABI >= 4 {

@@ -158,6 +158,20 @@ func printPlan(w io.Writer, sb *plan.Sandbox) {
 		}
 		item("%s: %s", what, list(rls))
 	}
+	if w := res.Watchdog; w != nil {
+		what := "without a cgroup"
+		if res.Cgroup == nil {
+			what = "in place of a cgroup"
+		}
+		does := []string{fmt.Sprintf("looks every %s while a command runs (every %s otherwise)", w.Interval, w.IdleInterval)}
+		if w.MemoryBytes > 0 {
+			does = append(does, "kills the largest process when the sandbox's memory exceeds "+cgroup.FormatBytes(w.MemoryBytes))
+		}
+		if w.Nproc > 0 {
+			does = append(does, fmt.Sprintf("reports RLIMIT_NPROC %d reached when it finds it so", w.Nproc))
+		}
+		item("%s, a watchdog: %s", what, strings.Join(does, "; "))
+	}
 	n := sb.Network
 	if n.Proxy == nil {
 		sec("network", "%s: loopback only, no way out", n.Mode)
