@@ -127,7 +127,7 @@ func fullPolicy() *Policy {
 			Pass: []string{"PATH", "TERM", "GOFLAGS", "NPM_CONFIG_*"},
 			Set:  map[string]string{"CI": "1", "GOPROXY": "off"},
 		},
-		Seccomp: Seccomp{Profile: "/etc/hutch/seccomp.json"},
+		Seccomp: Seccomp{Profile: "/etc/hutch/seccomp.json", Ptrace: true},
 	}
 }
 

@@ -195,11 +195,12 @@ type Seccomp struct {
 	// Profile is "" or "default" for hutch's built-in allowlist, or the path
 	// of a Docker/OCI-format seccomp profile.
 	Profile string `toml:"profile"`
-	// Ptrace lets debuggers and tracers (gdb, strace, py-spy) work among a
-	// command's own processes: ptrace, process_vm_readv and
-	// process_vm_writev are allowed, whatever the profile says. Landlock and
-	// the dumpable flag still keep hutch's processes and a session's other
-	// commands out of reach.
+	// Ptrace (default true) lets debuggers and tracers (gdb, strace,
+	// py-spy, LeakSanitizer) work among a command's own processes: ptrace,
+	// process_vm_readv and process_vm_writev are allowed, whatever the
+	// profile says. Landlock and the dumpable flag still keep hutch's
+	// processes and a session's other commands out of reach. False leaves
+	// them to the profile (the built-in one denies them).
 	Ptrace bool `toml:"ptrace"`
 }
 
@@ -257,5 +258,8 @@ func Default() *Policy {
 			Pass: []string{"PATH", "TERM", "LANG", "LANGUAGE", "LC_*", "TZ"},
 			Set:  map[string]string{},
 		},
+		// Debuggers and LeakSanitizer work, among a command's own
+		// processes (docs/POLICY.md, "Debuggers").
+		Seccomp: Seccomp{Ptrace: true},
 	}
 }

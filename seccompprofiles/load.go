@@ -58,8 +58,10 @@ func Load(ctx context.Context, o LoadOptions) (*Filter, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	var ptraceKept string
 	if o.Ptrace && !kernelAtLeast(PtraceMinKernel) {
-		return nil, fmt.Errorf("seccomp.ptrace: on this kernel (before Linux %s) a tracer can get around the seccomp filter, so hutch keeps ptrace denied here; remove --allow-ptrace or seccomp.ptrace", PtraceMinKernel)
+		o.Ptrace = false
+		ptraceKept = fmt.Sprintf("seccomp.ptrace has no effect on this kernel: before Linux %s a tracer can get around the seccomp filter, so ptrace stays with the profile", PtraceMinKernel)
 	}
 	name := o.Profile
 	var raw []byte
@@ -76,7 +78,7 @@ func Load(ctx context.Context, o LoadOptions) (*Filter, error) {
 	if b, _, err := o.Store.Get(store.Seccomp, key); err == nil {
 		if f, err := decodeEntry(b); err == nil {
 			log.DebugContext(ctx, "seccomp filter cache hit", "key", key, "instructions", f.Instructions())
-			return f, nil
+			return withWarning(f, ptraceKept), nil
 		} else {
 			log.DebugContext(ctx, "seccomp filter cache entry unusable, recompiling", "key", key, "error", err)
 		}
@@ -115,7 +117,15 @@ func Load(ctx context.Context, o LoadOptions) (*Filter, error) {
 			}
 		}
 	}
-	return f, nil
+	return withWarning(f, ptraceKept), nil
+}
+
+// withWarning adds w, when there is one, to f's warnings.
+func withWarning(f *Filter, w string) *Filter {
+	if w != "" {
+		f.Warnings = append(f.Warnings, w)
+	}
+	return f
 }
 
 // entryKey names the entry of raw compiled with o: the profile's bytes, the

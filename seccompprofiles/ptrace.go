@@ -2,7 +2,7 @@ package seccompprofiles
 
 import "slices"
 
-// PtraceCalls are the calls policy seccomp.ptrace allows: what gdb, strace,
+// PtraceCalls are the calls policy seccomp.ptrace (on by default) allows: what gdb, strace,
 // ltrace and py-spy need to trace and read a process. pidfd_getfd stays
 // with the profile (no debugger needs another process's descriptors).
 var PtraceCalls = []string{"ptrace", "process_vm_readv", "process_vm_writev"}

@@ -35,10 +35,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e setup:", err)
 		os.Exit(1)
 	}
-	if code >= 0 {
-		os.Exit(code)
+	if code < 0 {
+		code = m.Run()
 	}
-	os.Exit(m.Run())
+	// The suite's own directories go; a failed test's workspace is
+	// t.TempDir's to remove.
+	os.RemoveAll(filepath.Dir(hutchBin))
+	os.RemoveAll(stateDir)
+	os.Exit(code)
 }
 
 func setup() (int, error) {

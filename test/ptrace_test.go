@@ -6,20 +6,20 @@ import (
 	"time"
 )
 
-// Debuggers: denied by default with a message that says how to allow
-// them; with --allow-ptrace, strace and gdb work on a command's own
-// processes, and still cannot reach hutch's init.
+// Debuggers: strace and gdb work by default on a command's own processes,
+// and still cannot reach hutch's init; with --allow-ptrace=false they are
+// denied with a message that says how to allow them.
 func TestPtracePolicy(t *testing.T) {
 	eachUser(t, func(t *testing.T, o opts) {
 		o.dir = userDir(t)
-		r := hutch(t, o, "run", "--", "strace", "-f", "-o", "/dev/null", "/bin/true")
+		r := hutch(t, o, "run", "--allow-ptrace=false", "--", "strace", "-f", "-o", "/dev/null", "/bin/true")
 		if r.code == 0 {
-			t.Errorf("strace worked without --allow-ptrace:\n%s", r.stderr)
+			t.Errorf("strace worked with --allow-ptrace=false:\n%s", r.stderr)
 		}
 		if !strings.Contains(r.stderr, "hutch: blocked by seccomp policy: ptrace") || !strings.Contains(r.stderr, "pass --allow-ptrace or set seccomp.ptrace = true") {
 			t.Errorf("the ptrace denial does not say how to allow it:\n%s", r.stderr)
 		}
-		r = hutch(t, o, "run", "--allow-ptrace", "--", "/bin/sh", "-c", `
+		r = hutch(t, o, "run", "--", "/bin/sh", "-c", `
 strace -f -o /tmp/trace /bin/echo traced && grep -c execve /tmp/trace
 gdb -q -batch -ex run --args /bin/true 2>&1 | grep -o 'exited normally'
 sleep 30 & s=$!
@@ -36,18 +36,18 @@ strace -p 1 -o /dev/null 2>&1 | grep -o 'Operation not permitted' | head -1`)
 		// (gdb's personality(ADDR_NO_RANDOMIZE) stays denied, as under
 		// Docker: gdb warns and runs the program with randomization.)
 		if strings.Contains(r.stderr, "blocked by seccomp policy: ptrace") || strings.Contains(r.stderr, "blocked by seccomp policy: process_vm") {
-			t.Errorf("a tracing call was denied with --allow-ptrace:\n%s", r.stderr)
+			t.Errorf("a tracing call was denied by default:\n%s", r.stderr)
 		}
 	})
 }
 
-// In a session with --allow-ptrace, a command cannot trace another
+// In a session, where ptrace is allowed, a command cannot trace another
 // command's processes nor the spawner: each command has a Landlock domain
 // of its own, and hutch's processes are not dumpable.
 func TestPtraceSessionIsolation(t *testing.T) {
 	ws := userDir(t)
 	o := opts{dir: ws}
-	name := startSessionWith(t, o, "--allow-ptrace")
+	name := startSessionWith(t, o)
 	other := hutchCmd(o, "exec", name, "--", "/bin/sh", "-c", "sleep 31.5")
 	if err := other.Start(); err != nil {
 		t.Fatal(err)

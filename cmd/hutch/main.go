@@ -120,7 +120,7 @@ func policyFlags() []cli.Flag {
 		&cli.IntFlag{Name: "pids", Usage: "process and thread limit of the sandbox"},
 		&cli.Float64Flag{Name: "cpus", Usage: "CPU cores the sandbox may use, e.g. 0.5"},
 		&cli.StringFlag{Name: "seccomp-profile", Usage: "Docker/OCI seccomp profile `FILE` instead of the built-in allowlist"},
-		&cli.BoolFlag{Name: "allow-ptrace", Usage: "let debuggers and tracers (gdb, strace) trace a command's own processes (seccomp.ptrace)"},
+		&cli.BoolFlag{Name: "allow-ptrace", Usage: "let debuggers and tracers (gdb, strace) trace a command's own processes (seccomp.ptrace, on by default; --allow-ptrace=false denies them)"},
 		&cli.StringSliceFlag{Name: "allow", Usage: "allowlist `HOST[:PORT][=ADDR]` for this run (port default 443; =ADDR pins the name to that address; repeatable)"},
 		&cli.BoolFlag{Name: "no-discover", Usage: "do not allowlist the package registries the host's tools are configured to use"},
 	}
@@ -186,8 +186,8 @@ func effectivePolicy(c *cli.Context, workspaceAt string) (*policy.Policy, error)
 	if v := c.String("seccomp-profile"); v != "" {
 		p.Seccomp.Profile = v
 	}
-	if c.Bool("allow-ptrace") {
-		p.Seccomp.Ptrace = true
+	if c.IsSet("allow-ptrace") {
+		p.Seccomp.Ptrace = c.Bool("allow-ptrace")
 	}
 	for _, a := range c.StringSlice("allow") {
 		e, err := allowFlag(a)
