@@ -144,6 +144,13 @@ func buildNetwork(p *policy.Policy) Network {
 	if p.Network.Mode == policy.NetProxy {
 		n.Proxy = &Proxy{HTTP: ProxyHTTPPort, SOCKS: ProxySOCKSPort, DNS: DNSPort}
 	}
+	for _, e := range p.Network.Publish {
+		addr := e.HostAddress
+		if addr == "" {
+			addr = policy.DefaultPublishAddress
+		}
+		n.Publish = append(n.Publish, Publish{HostAddress: addr, HostPort: e.HostPort, SandboxPort: e.SandboxPort})
+	}
 	return n
 }
 
@@ -175,6 +182,14 @@ func buildLandlock(p *policy.Policy, h *Host, sb *Sandbox) Landlock {
 	for _, port := range sb.Network.LocalPorts {
 		r.ConnectTCP = append(r.ConnectTCP, uint16(port))
 		r.BindTCP = append(r.BindTCP, uint16(port))
+	}
+	// A published port's server must be able to listen on it, whatever
+	// local_ports says; the supervisor's connections into the sandbox are
+	// not under the commands' Landlock domain.
+	for _, pub := range sb.Network.Publish {
+		if port := uint16(pub.SandboxPort); !slices.Contains(r.BindTCP, port) {
+			r.BindTCP = append(r.BindTCP, port)
+		}
 	}
 	_, notEnforced := landlock.Gaps(h.LandlockABI, r)
 	return Landlock{Rules: r, ABI: h.LandlockABI, Strict: p.Enforcement == policy.EnforceStrict, NotEnforced: notEnforced}

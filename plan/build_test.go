@@ -179,6 +179,25 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name: "published ports",
+			policy: func(p *policy.Policy) {
+				p.Network.LocalPorts = []int{8080}
+				p.Network.Publish = []policy.PublishEntry{{HostPort: 18080, SandboxPort: 8080}, {HostAddress: "0.0.0.0", HostPort: 9000, SandboxPort: 3000}}
+			},
+			check: func(t *testing.T, sb *Sandbox) {
+				want := []Publish{{"127.0.0.1", 18080, 8080}, {"0.0.0.0", 9000, 3000}}
+				if !slices.Equal(sb.Network.Publish, want) {
+					t.Errorf("publish %+v, want %+v", sb.Network.Publish, want)
+				}
+				// The servers may bind their ports; connecting into the
+				// sandbox is the supervisor's, under no rule.
+				r := sb.Landlock.Rules
+				if !slices.Equal(r.BindTCP, []uint16{8080, 3000}) || slices.Contains(r.ConnectTCP, 3000) {
+					t.Errorf("connect %v bind %v", r.ConnectTCP, r.BindTCP)
+				}
+			},
+		},
+		{
 			name: "delegated cgroup, a session",
 			host: func(h *Host) { h.Cgroup = CgroupFacts{Backend: cgroup.BackendV2Delegated, Reason: "delegated"} },
 			check: func(t *testing.T, sb *Sandbox) {
@@ -360,5 +379,13 @@ func TestStrictErrorWrapsUnavailable(t *testing.T) {
 	_, err := Build(p, host(), nil)
 	if !errors.Is(err, cgroup.ErrUnavailable) {
 		t.Fatalf("err = %v, want one wrapping cgroup.ErrUnavailable", err)
+	}
+}
+
+// The policy refuses publish entries on the proxy's ports by number: they
+// must be the plan's.
+func TestProxySandboxPorts(t *testing.T) {
+	if policy.ProxySandboxPorts != [3]int{ProxyHTTPPort, ProxySOCKSPort, DNSPort} {
+		t.Errorf("policy.ProxySandboxPorts %v, the plan's proxy ports %v", policy.ProxySandboxPorts, [3]int{ProxyHTTPPort, ProxySOCKSPort, DNSPort})
 	}
 }

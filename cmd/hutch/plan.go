@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -168,6 +170,9 @@ func printPlan(w io.Writer, sb *plan.Sandbox) {
 	}
 	if len(n.LocalPorts) > 0 {
 		item("local ports (bind and connect on loopback): %v", n.LocalPorts)
+	}
+	for _, pub := range n.Publish {
+		item("published: host %s -> the sandbox's loopback port %d (every connection logged)", net.JoinHostPort(pub.HostAddress, strconv.Itoa(pub.HostPort)), pub.SandboxPort)
 	}
 	if sb.Process.Spawner {
 		sec("process", "a session's later commands start from a spawner (restrictions applied once)")
