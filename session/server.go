@@ -108,7 +108,11 @@ func (s *Server) lifetime(ctx context.Context) {
 			return
 		case now := <-t.C:
 			s.mu.Lock()
-			idle := s.running == 0 && s.Idle > 0 && now.Sub(s.last) > s.Idle
+			last := s.last
+			if a := s.Session.LastActive(); a.After(last) {
+				last = a // a published port's connection is activity too
+			}
+			idle := s.running == 0 && s.Idle > 0 && now.Sub(last) > s.Idle
 			s.mu.Unlock()
 			if idle || (s.Max > 0 && now.Sub(s.started) > s.Max) {
 				s.log("session lifetime reached", "idle", idle)

@@ -132,6 +132,7 @@ func sessionStart(c *cli.Context) error {
 			b, _ := os.ReadFile(logf.Name())
 			msg = "the session supervisor exited: " + strings.TrimSpace(string(b))
 		}
+		os.Remove(logf.Name()) // nothing of a session that did not start is left
 		return &exitError{hutch.ExitSetup, "hutch: cannot start session " + name + ": " + msg}
 	}
 	cmd.Process.Release()
@@ -323,6 +324,7 @@ func execFresh(c *cli.Context, cl *session.Client, argv []string, timeout time.D
 	if err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
+	p.Network.Publish = nil // the session holds its published ports
 	if timeout > 0 {
 		p.Resources.Timeout = policy.Duration(timeout)
 	}
