@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hutchsandbox/hutch/background"
 	"github.com/hutchsandbox/hutch/egress"
 	"github.com/hutchsandbox/hutch/gitrepos"
 	"github.com/hutchsandbox/hutch/limits"
@@ -49,9 +50,10 @@ type Session struct {
 	timing []nsjail.Stage
 
 	// published serves the plan's published ports (nil: none;
-	// published.go).
+	// published.go); background holds the detached commands (detach.go).
 	published  *publish.Server
 	lastActive atomic.Int64 // a published port's last connection (UnixNano)
+	background background.Table
 
 	// warnings go to the first command's Result.Warnings.
 	warnMu   sync.Mutex
@@ -388,6 +390,7 @@ func (s *Session) Close() error {
 		if s.sb != nil {
 			s.sb.Close()
 		}
+		s.background.Close() // its commands ended with the sandbox: their ends are read
 		mark("teardown.init")
 		s.limits.Close()
 		mark("teardown.limits")
