@@ -410,7 +410,7 @@ func TestMalformedMCPArguments(t *testing.T) {
 		{`{"command":"ls","timeout_seconds":"5"}`, `invalid input: argument "timeout_seconds": want an integer, got JSON string`},
 		{`{"command":"ls","timeout_seconds":1.5}`, `invalid input: argument "timeout_seconds": want an integer, got JSON number 1.5`},
 		{`{"command":"ls","fresh":"yes"}`, `invalid input: argument "fresh": want a boolean, got JSON string`},
-		{`{"command":"ls","cmd":"x"}`, `invalid input: unknown argument "cmd": run_command takes command, cwd, timeout_seconds and fresh`},
+		{`{"command":"ls","cmd":"x"}`, `invalid input: unknown argument "cmd": run_command takes command, cwd, timeout_seconds, fresh and background`},
 		{`[]`, `invalid input: arguments: want an object with "command", got JSON array`},
 		{`null`, `invalid input: arguments missing: pass an object with "command" (a shell command line)`},
 		{`"ls"`, `invalid input: arguments: want an object with "command", got JSON string`},
