@@ -154,10 +154,14 @@ func newMCPServer(lifetime context.Context, tool *agent.Tool, p *policy.Policy, 
 	if err != nil {
 		return nil, fmt.Errorf("run_command output schema: %w", err)
 	}
+	desc := agent.Describe(p, maxOutput)
+	if _, ok := tool.Exec.(agent.Backgrounder); ok {
+		desc += "\n\nA command started with background: true is the exception: it runs on in the session's background across calls (a dev server, a watcher) until it exits, is stopped, or the server ends; the background tool reads its output and stops it."
+	}
 	server.AddTool(&mcp.Tool{
 		Name:         agent.ToolName,
 		Title:        "Run a command in the hutch sandbox",
-		Description:  agent.Describe(p, maxOutput),
+		Description:  desc,
 		Annotations:  &mcp.ToolAnnotations{Title: "Run a command in the hutch sandbox"},
 		InputSchema:  inSchema,
 		OutputSchema: outSchema,

@@ -61,6 +61,11 @@ func TestMCPBackground(t *testing.T) {
 	if err != nil || len(tools.Tools) != 2 || tools.Tools[0].Name != agent.BackgroundToolName && tools.Tools[1].Name != agent.BackgroundToolName {
 		t.Fatalf("tools/list: %+v, %v", tools, err)
 	}
+	for _, tl := range tools.Tools {
+		if tl.Name == agent.ToolName && !strings.Contains(tl.Description, "background: true is the exception") {
+			t.Errorf("run_command's description does not mention background commands:\n%s", tl.Description)
+		}
+	}
 	res, sc := call(t, cs, agent.ToolName, map[string]any{"command": "python3 -m http.server 8080", "background": true})
 	if res.IsError || !strings.Contains(sc, `"background_id":"1"`) || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "background_id: 1\n") {
 		t.Fatalf("background start: %+v %s", res, sc)
