@@ -5,7 +5,7 @@
 // sandbox's network namespace by its init, connected by the supervisor).
 //
 // Every accepted connection is a security event; one that cannot reach the
-// sandbox (nothing listens there) is closed at once and recorded, with the
+// sandbox (nothing listens there) is reset at once and recorded, with the
 // reason, as a warning. Nothing outlives Stop: the listeners close and every
 // relayed connection is cut.
 package publish
@@ -241,8 +241,14 @@ func (s *Server) trackInner(c net.Conn) bool {
 	return true
 }
 
-// refused records a connection that was not relayed, and why.
+// refused records a connection that is not relayed, and why, and resets
+// it: the client sees what it would see if nothing listened (some, such
+// as Node's fetch, wait forever on a connection closed cleanly before
+// their request).
 func (s *Server) refused(c net.Conn, p plan.Publish, why string) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0) // the close that follows sends RST
+	}
 	s.record(seclog.Event{Kind: seclog.KindNetwork, Rule: Rule, Subject: subject(p), Level: slog.LevelWarn,
 		Message: fmt.Sprintf("published port %s: a connection was not relayed: %s", hostAddr(p), why),
 		Detail:  detail(c, p)})

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -138,14 +139,14 @@ func TestRelayAndRecord(t *testing.T) {
 		t.Fatalf("relayed %q, %v", got, err)
 	}
 
-	// Nothing listens on the other port inside: closed at once, recorded.
+	// Nothing listens on the other port inside: reset at once, recorded.
 	c, err = net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(missing)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if b, err := io.ReadAll(c); err != nil || len(b) != 0 {
-		t.Errorf("a connection to nothing: read %q, %v; want the end at once", b, err)
+	if b, err := io.ReadAll(c); !errors.Is(err, syscall.ECONNRESET) || len(b) != 0 {
+		t.Errorf("a connection to nothing: read %q, %v; want a reset at once", b, err)
 	}
 	c.Close()
 	s.Stop()
@@ -224,7 +225,7 @@ func TestListenBusy(t *testing.T) {
 	ln.Close()
 }
 
-// Beyond MaxConns a connection is closed and recorded.
+// Beyond MaxConns a connection is reset and recorded.
 func TestMaxConns(t *testing.T) {
 	hold := holdServer(t)
 	var logBuf bytes.Buffer
@@ -241,8 +242,8 @@ func TestMaxConns(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	second, _ := net.Dial("tcp", addr)
 	second.SetDeadline(time.Now().Add(5 * time.Second))
-	if b, err := io.ReadAll(second); err != nil || len(b) != 0 {
-		t.Errorf("the connection over the limit: %q, %v", b, err)
+	if b, err := io.ReadAll(second); !errors.Is(err, syscall.ECONNRESET) || len(b) != 0 {
+		t.Errorf("the connection over the limit: %q, %v; want a reset", b, err)
 	}
 	second.Close()
 	s.Stop()

@@ -246,7 +246,7 @@ test('background: a dev server outlives its call and is reached from the host th
   let body;
   for (let i = 0; i < 150 && body === undefined; i++) {
     try {
-      const r = await fetch(`http://127.0.0.1:${publishedPort}/`);
+      const r = await fetch(`http://127.0.0.1:${publishedPort}/`, { signal: AbortSignal.timeout(5000) });
       if (r.status === 200) body = await r.text();
     } catch { /* not listening yet */ }
     if (body === undefined) await new Promise((r) => setTimeout(r, 100));
