@@ -12,15 +12,18 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/hutchsandbox/hutch/background"
 	"github.com/hutchsandbox/hutch/egress"
 	"github.com/hutchsandbox/hutch/gitrepos"
 	"github.com/hutchsandbox/hutch/limits"
 	"github.com/hutchsandbox/hutch/nsjail"
 	"github.com/hutchsandbox/hutch/plan"
 	"github.com/hutchsandbox/hutch/policy"
+	"github.com/hutchsandbox/hutch/publish"
 	"github.com/hutchsandbox/hutch/seccompprofiles"
 	"github.com/hutchsandbox/hutch/seclog"
 	"github.com/hutchsandbox/hutch/store"
@@ -45,6 +48,13 @@ type Session struct {
 	limits *limits.Sandbox
 	id     string
 	timing []nsjail.Stage
+
+	// published serves the plan's published ports (nil: none;
+	// published.go); background holds the detached commands (detach.go).
+	published  *publish.Server
+	lastActive atomic.Int64 // a published port's last connection (UnixNano)
+	background background.Table
+
 	// warnings go to the first command's Result.Warnings.
 	warnMu   sync.Mutex
 	warnings []string
@@ -262,6 +272,9 @@ func (s *Session) start(ctx context.Context, t0 time.Time) error {
 		}
 		s.mark("supervisor.egress", te)
 	}
+	if err := s.publish(); err != nil {
+		return err
+	}
 	if o.Timing {
 		s.timing = append(s.timing, s.sb.Timing...)
 		s.timing = append(s.timing, nsjail.Stage{Name: "supervisor.start", Usec: time.Since(t0).Microseconds()})
@@ -370,10 +383,12 @@ func (s *Session) Close() error {
 			s.notifyCancel()
 		}
 		s.egress.Stop()
+		s.published.Stop()
 		mark("teardown.egress")
 		if s.sb != nil {
 			s.sb.Close()
 		}
+		s.background.Close() // its commands ended with the sandbox: their ends are read
 		mark("teardown.init")
 		s.limits.Close()
 		mark("teardown.limits")

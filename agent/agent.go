@@ -26,9 +26,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/hutchsandbox/hutch"
+	"github.com/hutchsandbox/hutch/internal/outpipe"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seclog"
 )
@@ -59,6 +58,7 @@ type RunCommandInput struct {
 	Cwd            string `json:"cwd,omitempty" jsonschema:"Working directory: relative to the workspace (e.g. 'src/app'), or an absolute path inside it (the tool description says where the workspace is). Default: the workspace."`
 	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"Wall-clock limit for this command in seconds; 0 or absent means the policy's timeout, which is also the largest value accepted. When it expires every process of the command is killed and exit_code is 124."`
 	Fresh          bool   `json:"fresh,omitempty" jsonschema:"Run in a new one-off sandbox even when a session sandbox is kept across calls (/tmp and HOME are then not shared with other calls). Use it for suspicious operations."`
+	Background     bool   `json:"background,omitempty" jsonschema:"Start the command in the background of the session sandbox (a dev server, a watcher) and return at once with its background_id; it keeps running across calls until it exits, is stopped with the background tool (which also reads its output), or the server ends. No time limit unless timeout_seconds is given. Not with fresh."`
 }
 
 // RunCommandResult is the outcome of one call.
@@ -71,6 +71,7 @@ type RunCommandResult struct {
 	StderrTruncated bool     `json:"stderr_truncated" jsonschema:"True when stderr exceeded the cap (same marker as stdout)."`
 	Events          []string `json:"policy_events" jsonschema:"What the sandbox did to this command: 'hutch: ...' lines naming each denial (e.g. 'hutch: network blocked by policy: destination host:443 not allowlisted (1 attempt)'), a timeout or a command that could not be started. Empty when nothing was blocked. Blocked actions are policy decisions: do not retry or work around them; ask the user."`
 	SandboxID       string   `json:"sandbox_id" jsonschema:"Identifier of the sandbox in hutch's security log."`
+	BackgroundID    string   `json:"background_id,omitempty" jsonschema:"Set when the command was started with background: its id for the background tool, which lists it, reads its output and stops it. stdout and stderr are then empty and exit_code 0: the command runs on."`
 }
 
 // ExecRequest is one command for an Executor. Cwd is validated and
@@ -237,6 +238,9 @@ func (t *Tool) RunCommand(ctx context.Context, in RunCommandInput) (RunCommandRe
 	if err != nil {
 		return RunCommandResult{}, err
 	}
+	if in.Background {
+		return t.startBackground(in, cwd, timeout)
+	}
 	return t.RunArgv(ctx, []string{"/bin/sh", "-c", in.Command}, cwd, timeout, in.Fresh)
 }
 
@@ -311,10 +315,10 @@ type outputCapture struct {
 func newOutputCapture(max int) (*outputCapture, error) {
 	c := &outputCapture{max: max, drained: make(chan struct{})}
 	var err error
-	if c.outR, c.outW, err = capturePipe(); err != nil {
+	if c.outR, c.outW, err = outpipe.New(); err != nil {
 		return nil, fmt.Errorf("create the stdout pipe: %w", err)
 	}
-	if c.errR, c.errW, err = capturePipe(); err != nil {
+	if c.errR, c.errW, err = outpipe.New(); err != nil {
 		c.outR.Close()
 		c.outW.Close()
 		return nil, fmt.Errorf("create the stderr pipe: %w", err)
@@ -388,25 +392,6 @@ func (t *Tool) refill(max int) {
 	if c != nil {
 		c.discard()
 	}
-}
-
-// capturePipe makes a pipe for a command's output: the read end in Go's
-// poller, the write end a plain blocking descriptor to hand to the sandbox.
-// os.Pipe would put both ends in the poller, and the write end would then
-// cost two mode switches when its descriptor is passed on and a poller
-// removal when it is closed: ~10 system calls per call for nothing.
-func capturePipe() (r, w *os.File, err error) {
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
-		return nil, nil, fmt.Errorf("pipe2: %w", err)
-	}
-	// O_NONBLOCK is a flag of each end's open file: the command's end blocks.
-	if _, err := unix.FcntlInt(uintptr(p[1]), unix.F_SETFL, 0); err != nil {
-		unix.Close(p[0])
-		unix.Close(p[1])
-		return nil, nil, fmt.Errorf("clear O_NONBLOCK on the pipe's write end: %w", err)
-	}
-	return os.NewFile(uintptr(p[0]), "|0"), os.NewFile(uintptr(p[1]), "|1"), nil
 }
 
 // TruncationMarker is the line that ends kept output when the rest was
@@ -526,35 +511,42 @@ func FormatText(r RunCommandResult) string { return FormatTextTail(r, 0) }
 // the output, usually what matters, as text too without a second copy.
 func FormatTextTail(r RunCommandResult, tail int) string {
 	var b strings.Builder
+	if r.BackgroundID != "" {
+		return fmt.Sprintf("background_id: %s\nthe command runs in the background: the background tool with id %q reads its output and stops it (stop: true)\n", r.BackgroundID, r.BackgroundID)
+	}
 	fmt.Fprintf(&b, "exit_code: %d", r.ExitCode)
 	if r.TimedOut {
 		b.WriteString(" (timed out)")
 	}
 	b.WriteString("\n")
-	section := func(name, body string, cut bool) {
-		if body == "" {
-			return
-		}
-		if cut && tail > 0 && len(body) > tail {
-			total := len(body)
-			kept := body[len(body)-tail:]
-			if i := strings.IndexByte(kept, '\n'); i >= 0 && i < len(kept)-1 {
-				kept = kept[i+1:]
-			}
-			for len(kept) > 0 && !utf8.RuneStart(kept[0]) {
-				kept = kept[1:]
-			}
-			body = kept
-			name = fmt.Sprintf("%s (the last %d of %d bytes)", name, len(kept), total)
-		}
-		b.WriteString("--- " + name + " ---\n")
-		b.WriteString(body)
-		if !strings.HasSuffix(body, "\n") {
-			b.WriteString("\n")
-		}
-	}
-	section("stdout", r.Stdout, true)
-	section("stderr", r.Stderr, true)
-	section("policy_events", strings.Join(r.Events, "\n"), false)
+	writeSection(&b, "stdout", r.Stdout, tail)
+	writeSection(&b, "stderr", r.Stderr, tail)
+	writeSection(&b, "policy_events", strings.Join(r.Events, "\n"), 0)
 	return b.String()
+}
+
+// writeSection writes body under a "--- name ---" header, nothing when it
+// is empty; with tail > 0 only its last tail bytes (from a line's start
+// when there is one within them), the header saying how much of how much.
+func writeSection(b *strings.Builder, name, body string, tail int) {
+	if body == "" {
+		return
+	}
+	if tail > 0 && len(body) > tail {
+		total := len(body)
+		kept := body[len(body)-tail:]
+		if i := strings.IndexByte(kept, '\n'); i >= 0 && i < len(kept)-1 {
+			kept = kept[i+1:]
+		}
+		for len(kept) > 0 && !utf8.RuneStart(kept[0]) {
+			kept = kept[1:]
+		}
+		body = kept
+		name = fmt.Sprintf("%s (the last %d of %d bytes)", name, len(kept), total)
+	}
+	b.WriteString("--- " + name + " ---\n")
+	b.WriteString(body)
+	if !strings.HasSuffix(body, "\n") {
+		b.WriteString("\n")
+	}
 }

@@ -36,6 +36,14 @@ func NewSessionExecutor(ctx context.Context, e *HutchExecutor) (*SessionExecutor
 	if err != nil {
 		return nil, fmt.Errorf("cannot set up the session sandbox: %w", err)
 	}
+	if e.Policy != nil && len(e.Policy.Network.Publish) > 0 {
+		// A fresh sandbox beside the session cannot listen where the
+		// session does: it publishes nothing.
+		fresh, p := *e, *e.Policy
+		p.Network.Publish = nil
+		fresh.Policy = &p
+		e = &fresh
+	}
 	return &SessionExecutor{Session: sess, Fresh: e}, nil
 }
 

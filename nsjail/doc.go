@@ -10,7 +10,8 @@
 //	     ipc, uts and cgroup namespaces; the host uid mapped to 0; pid 1.
 //	     A C constructor (init.c) takes over before the Go runtime starts:
 //	     it builds the root (mounts.c), pivots, makes the proxy's sockets,
-//	     then serves spawn requests and reaps every process.
+//	     then serves spawn requests (and sockets for published ports:
+//	     loopback.go) and reaps every process.
 //	       ├─ spawner "hutch:spawner" (a session's, from its second
 //	       │  command, where the plan allows): the commands' shared
 //	       │  restrictions applied once; forks each later command's reaper

@@ -46,6 +46,8 @@ enum {
 	HUTCH_OP_SPAWNER = 10, // supervisor -> init: start the session's spawner (+ scope ruleset[, notify])
 	HUTCH_OP_SPAWNER_REPLY = 11, // init -> supervisor: the spawner is ready, or why not
 	HUTCH_OP_PIDS = 12,          // supervisor -> init: send STARTED for the commands not announced
+	HUTCH_OP_SOCKET = 13,        // supervisor -> init: make a TCP socket in the sandbox's network namespace (family)
+	HUTCH_OP_SOCKET_REPLY = 14,  // init -> supervisor: the socket (+ fd, code 0), or why not
 	// Between the init and a session's spawner only (not on the
 	// supervisor's socket): make a reaper ahead (reply: its pid or -errno,
 	// + the socket on which it takes one spawn request).
@@ -80,6 +82,17 @@ enum {
 
 // Spawner flags.
 enum { HUTCH_SPAWNER_NOTIFY = 1 };
+
+// The address family a SOCKET request asks for. The socket is a
+// non-blocking, unconnected TCP socket of the sandbox's network namespace
+// (a socket keeps the namespace it was made in, and the supervisor cannot
+// enter that one): the supervisor connects it to a published port's server
+// on the sandbox's loopback. A SOCKET_REPLY has the layout of an EXIT
+// report; code 0 carries the socket, any other code says why not.
+enum {
+	HUTCH_SOCKET_INET = 1,
+	HUTCH_SOCKET_INET6 = 2,
+};
 
 // What a READY message says of the plan hint (see "plan hint" in init.c).
 enum {

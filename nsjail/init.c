@@ -12,7 +12,8 @@
 //     and the proxy sockets;
 //  5. serve: start commands on request (fork, nested user namespace,
 //     execstage.c), relay signals to them, reap every process and report
-//     the commands' ends.
+//     the commands' ends; make TCP sockets of its network namespace for
+//     the supervisor's published ports.
 //
 // It exits when the supervisor closes the control socket; the kernel then
 // kills everything left in the pid namespace. Nothing from inside the
@@ -1056,6 +1057,48 @@ static void reap(void) {
 	}
 }
 
+// hutch_read_socket reads a SOCKET request's field after its header: the
+// address family (HUTCH_SOCKET_*) as socket(2) takes it in *family. It
+// returns -1 when the request is malformed.
+int hutch_read_socket(struct hutch_rd *r, int *family) {
+	uint32_t f = hutch_rd_u32(r);
+	if (r->bad || r->n != 0)
+		return -1;
+	switch (f) {
+	case HUTCH_SOCKET_INET:
+		*family = AF_INET;
+		return 0;
+	case HUTCH_SOCKET_INET6:
+		*family = AF_INET6;
+		return 0;
+	}
+	return -1;
+}
+
+// do_socket makes a TCP socket in the sandbox's network namespace for the
+// supervisor, which connects it to a published port's server on the
+// sandbox's loopback and relays a host connection through it (a socket
+// keeps the namespace it was made in). Only the supervisor asks, on its
+// own socket; the init neither connects nor reads it, so a server that is
+// slow to accept never holds the init up.
+static void do_socket(uint64_t id, struct hutch_rd *r) {
+	int family;
+	if (hutch_read_socket(r, &family) < 0) {
+		hutch_wr_report(&in.out, HUTCH_OP_SOCKET_REPLY, id, 0, 125, EINVAL, "malformed socket request", 0);
+		send_msg(&in.out, NULL, 0);
+		return;
+	}
+	int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) { // the supervisor words the errno
+		hutch_wr_report(&in.out, HUTCH_OP_SOCKET_REPLY, id, 0, 125, errno, "make a socket in the sandbox's network namespace", 0);
+		send_msg(&in.out, NULL, 0);
+		return;
+	}
+	hutch_wr_report(&in.out, HUTCH_OP_SOCKET_REPLY, id, 0, 0, 0, "", 0);
+	send_msg(&in.out, &fd, 1);
+	close(fd);
+}
+
 static void do_signal(uint64_t id, struct hutch_rd *r) {
 	int64_t sig = hutch_rd_i64(r);
 	if (r->bad || sig <= 0 || sig > 64)
@@ -1134,6 +1177,10 @@ __attribute__((noreturn)) static void serve(unsigned char *buf) {
 		case HUTCH_OP_SIGNAL:
 			close_fds(fds, nfds);
 			do_signal(id, &r);
+			break;
+		case HUTCH_OP_SOCKET:
+			close_fds(fds, nfds);
+			do_socket(id, &r);
 			break;
 		case HUTCH_OP_PIDS:
 			close_fds(fds, nfds);

@@ -45,6 +45,14 @@ const (
 	opSpawner      = uint32(C.HUTCH_OP_SPAWNER)       // supervisor -> init: start the spawner + scope ruleset [+ notify socket]
 	opSpawnerReply = uint32(C.HUTCH_OP_SPAWNER_REPLY) // init -> supervisor: the spawner is ready (Code 0), or why not
 	opPids         = uint32(C.HUTCH_OP_PIDS)          // supervisor -> init: send opStarted for each command not announced
+	opSocket       = uint32(C.HUTCH_OP_SOCKET)        // supervisor -> init: a TCP socket in the sandbox's network namespace (Family)
+	opSocketReply  = uint32(C.HUTCH_OP_SOCKET_REPLY)  // init -> supervisor: + the socket (Code 0), or why not (Code, Errno, Error)
+)
+
+// The address families of a socket request.
+const (
+	socketInet  = uint32(C.HUTCH_SOCKET_INET)
+	socketInet6 = uint32(C.HUTCH_SOCKET_INET6)
 )
 
 // The kind of step a FAIL message names.
@@ -136,6 +144,8 @@ type message struct {
 	// SpawnerNotify (spawner): the spawner sends its seccomp listener on
 	// the socket that comes with the request.
 	SpawnerNotify bool
+	// Family (socket): socketInet or socketInet6.
+	Family uint32
 }
 
 // Stage is one named, timed step, reported under --debug.
@@ -231,6 +241,8 @@ func (m *message) encode() ([]byte, error) {
 	case opSignal:
 		e.i64(int64(m.Signal))
 	case opLandlock, opPids:
+	case opSocket:
+		e.u32(m.Family)
 	case opSpawner:
 		var fl uint32
 		if m.SpawnerNotify {
@@ -380,7 +392,7 @@ func decode(b []byte) (*message, error) {
 		m.Error = d.str()
 	case opStarted:
 		m.Pid = int(d.i64())
-	case opSpawnErr, opExit, opSpawnerReply:
+	case opSpawnErr, opExit, opSpawnerReply, opSocketReply:
 		m.Status = int(d.i64())
 		m.Code = int(d.i64())
 		m.Errno = int(d.i64())

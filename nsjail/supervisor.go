@@ -120,6 +120,10 @@ type Sandbox struct {
 	procs  map[uint64]*Process
 	dead   error
 	closed bool
+
+	// sockets are the socket requests waiting for the init's reply
+	// (loopback.go), by request id; guarded by mu.
+	sockets map[uint64]chan socketReply
 }
 
 // Process is one command started in a sandbox.
@@ -521,6 +525,10 @@ func sealedMemfd(name string, data []byte) (*os.File, error) {
 func (s *Sandbox) dispatch() {
 	for {
 		m, fds, err := s.ctrl.recv()
+		if err == nil && m.Op == opSocketReply {
+			s.socketReplied(m, fds) // takes the socket
+			continue
+		}
 		closeAll(fds)
 		if err != nil {
 			s.fail(fmt.Errorf("the sandbox ended: %w", err))
@@ -587,6 +595,10 @@ func (s *Sandbox) fail(err error) {
 	s.dead = err
 	procs := s.procs
 	s.procs = map[uint64]*Process{}
+	for id, ch := range s.sockets {
+		close(ch) // no reply will come
+		delete(s.sockets, id)
+	}
 	s.mu.Unlock()
 	for _, p := range procs {
 		p.exit = ExitInfo{Err: err}

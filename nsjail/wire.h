@@ -109,8 +109,8 @@ static inline void hutch_wr_fail(struct hutch_wr *w, int64_t err, uint32_t step,
 }
 
 // The messages the init builds and parses (init.c): the layout SPAWNERR,
-// EXIT and SPAWNER_REPLY share, STARTED, READY; the setup and a spawn
-// request.
+// EXIT, SPAWNER_REPLY and SOCKET_REPLY share, STARTED, READY; the setup, a
+// spawn request and a socket request.
 void hutch_wr_report(struct hutch_wr *w, uint32_t op, uint64_t id, int64_t status, int64_t code, int64_t eno,
                      const char *what, uint32_t alone);
 void hutch_wr_started(struct hutch_wr *w, uint64_t id, int64_t pid);
@@ -118,6 +118,7 @@ void hutch_wr_ready(struct hutch_wr *w, int nmarks, const char *const *names, co
 int hutch_read_payload(const unsigned char *b, size_t n, const char **cwd, char ***argv, char ***envp);
 unsigned char *hutch_load_payload(int fd, size_t *n);
 int hutch_parse_setup(struct hutch_rd *r, struct hutch_setup *s, const unsigned char **plan_at, const char **what);
+int hutch_read_socket(struct hutch_rd *r, int *family);
 
 // hutch_strerror is strerror with a lower-case first letter, as Go spells
 // errno values, so messages read the same whichever side made them.

@@ -117,10 +117,32 @@ func TestMessagesCToGo(t *testing.T) {
 	if err != nil || m.ID != 7 || m.Pid != 42 {
 		t.Errorf("started: %+v, %v", m, err)
 	}
-	for _, op := range []uint32{opSpawnErr, opExit, opSpawnerReply} {
+	for _, op := range []uint32{opSpawnErr, opExit, opSpawnerReply, opSocketReply} {
 		m, err = decode(cSample(op))
 		if err != nil || m.Op != op || m.ID != 9 || m.Status != 0x0900 || m.Code != 127 || m.Errno != 2 || m.Error != "execute the command" || !m.Alone {
 			t.Errorf("op %d: %+v, %v", op, m, err)
 		}
+	}
+}
+
+// A socket request as the Go encoder makes it, read by init.c's parser;
+// one with trailing bytes or an unknown family is refused.
+func TestSocketGoToC(t *testing.T) {
+	for fam, name := range map[uint32]string{socketInet: "inet", socketInet6: "inet6"} {
+		b, err := (&message{Op: opSocket, ID: 31, Family: fam}).encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := cDescribeSocket(b)
+		if want := "id=31\nfamily=" + name + "\n"; err != nil || got != want {
+			t.Errorf("init.c read %q, %v; want %q", got, err, want)
+		}
+		if _, err := cDescribeSocket(append(b, 0)); err == nil {
+			t.Error("a socket request with a trailing byte parsed")
+		}
+	}
+	b, _ := (&message{Op: opSocket, Family: 9}).encode()
+	if _, err := cDescribeSocket(b); err == nil {
+		t.Error("a socket request of family 9 parsed")
 	}
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "hutch_init.h"
 #include "wire.h"
@@ -85,6 +86,22 @@ int hutch_wirecheck_spawn(const unsigned char *b, size_t n, const unsigned char 
 	return 0;
 }
 
+// hutch_wirecheck_socket parses a socket request as the init does and
+// describes it in out.
+int hutch_wirecheck_socket(const unsigned char *b, size_t n, char *outp, size_t len) {
+	struct out o = {outp, len, 0};
+	outp[0] = 0;
+	struct hutch_rd r = {b, n, 0};
+	uint64_t id;
+	int family;
+	if (hutch_rd_header(&r, &id) != HUTCH_OP_SOCKET || hutch_read_socket(&r, &family) < 0) {
+		put(&o, "error=malformed socket request");
+		return -1;
+	}
+	put(&o, "id=%llu\nfamily=%s\n", (unsigned long long)id, family == AF_INET ? "inet" : family == AF_INET6 ? "inet6" : "?");
+	return 0;
+}
+
 // hutch_wirecheck_sample writes into buf a message of op as the init sends
 // it, with the fields the test expects (see wire_test.go), and returns its
 // length.
@@ -105,6 +122,7 @@ size_t hutch_wirecheck_sample(uint32_t op, unsigned char *buf, size_t len) {
 	case HUTCH_OP_SPAWNERR:
 	case HUTCH_OP_EXIT:
 	case HUTCH_OP_SPAWNER_REPLY:
+	case HUTCH_OP_SOCKET_REPLY:
 		hutch_wr_report(&w, op, 9, 0x0900, 127, 2, "execute the command", 1);
 		break;
 	default:

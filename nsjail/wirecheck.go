@@ -6,6 +6,7 @@ package nsjail
 int hutch_wirecheck_setup(const unsigned char *b, size_t n, char *out, size_t len);
 int hutch_wirecheck_spawn(const unsigned char *b, size_t n, const unsigned char *payload, size_t plen, char *out, size_t len);
 size_t hutch_wirecheck_sample(uint32_t op, unsigned char *buf, size_t len);
+int hutch_wirecheck_socket(const unsigned char *b, size_t n, char *out, size_t len);
 */
 import "C"
 
@@ -31,6 +32,20 @@ func cDescribe(b, payload []byte) (string, error) {
 		defer C.free(pl)
 		rc = C.hutch_wirecheck_spawn((*C.uchar)(in), C.size_t(len(b)), (*C.uchar)(pl), C.size_t(len(payload)), (*C.char)(unsafe.Pointer(&out[0])), C.size_t(len(out)))
 	}
+	s := C.GoString((*C.char)(unsafe.Pointer(&out[0])))
+	if rc != 0 {
+		return "", errors.New(s)
+	}
+	return s, nil
+}
+
+// cDescribeSocket runs init.c's parser of a socket request on b and
+// returns its description.
+func cDescribeSocket(b []byte) (string, error) {
+	out := make([]byte, 4096)
+	in := C.CBytes(b)
+	defer C.free(in)
+	rc := C.hutch_wirecheck_socket((*C.uchar)(in), C.size_t(len(b)), (*C.char)(unsafe.Pointer(&out[0])), C.size_t(len(out)))
 	s := C.GoString((*C.char)(unsafe.Pointer(&out[0])))
 	if rc != 0 {
 		return "", errors.New(s)

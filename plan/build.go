@@ -159,6 +159,13 @@ func buildNetwork(p *policy.Policy) Network {
 	if p.Network.Mode == policy.NetProxy {
 		n.Proxy = &Proxy{HTTP: ProxyHTTPPort, SOCKS: ProxySOCKSPort, DNS: DNSPort}
 	}
+	for _, e := range p.Network.Publish {
+		addr := e.HostAddress
+		if addr == "" {
+			addr = policy.DefaultPublishAddress
+		}
+		n.Publish = append(n.Publish, Publish{HostAddress: addr, HostPort: e.HostPort, SandboxPort: e.SandboxPort})
+	}
 	return n
 }
 

@@ -172,6 +172,22 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name: "published ports",
+			policy: func(p *policy.Policy) {
+				p.Network.Publish = []policy.PublishEntry{{HostPort: 18080, SandboxPort: 8080}, {HostAddress: "0.0.0.0", HostPort: 9000, SandboxPort: 3000}}
+			},
+			check: func(t *testing.T, sb *Sandbox) {
+				want := []Publish{{"127.0.0.1", 18080, 8080}, {"0.0.0.0", 9000, 3000}}
+				if !slices.Equal(sb.Network.Publish, want) {
+					t.Errorf("publish %+v, want %+v", sb.Network.Publish, want)
+				}
+				// TCP is the network namespace's: no port rules.
+				if r := sb.Landlock.Rules; r.TCP || len(r.BindTCP) != 0 || len(r.ConnectTCP) != 0 {
+					t.Errorf("TCP rules %v %v %v", r.TCP, r.ConnectTCP, r.BindTCP)
+				}
+			},
+		},
+		{
 			name: "delegated cgroup, a session",
 			host: func(h *Host) { h.Cgroup = CgroupFacts{Backend: cgroup.BackendV2Delegated, Reason: "delegated"} },
 			check: func(t *testing.T, sb *Sandbox) {
@@ -367,5 +383,13 @@ func TestStrictErrorWrapsUnavailable(t *testing.T) {
 	_, err := Build(p, host(), nil)
 	if !errors.Is(err, cgroup.ErrUnavailable) {
 		t.Fatalf("err = %v, want one wrapping cgroup.ErrUnavailable", err)
+	}
+}
+
+// The policy refuses publish entries on the proxy's ports by number: they
+// must be the plan's.
+func TestProxySandboxPorts(t *testing.T) {
+	if policy.ProxySandboxPorts != [3]int{ProxyHTTPPort, ProxySOCKSPort, DNSPort} {
+		t.Errorf("policy.ProxySandboxPorts %v, the plan's proxy ports %v", policy.ProxySandboxPorts, [3]int{ProxyHTTPPort, ProxySOCKSPort, DNSPort})
 	}
 }

@@ -227,6 +227,19 @@ type Network struct {
 	// DiscoverRegistries adds the registries the host's tools use to Allow
 	// when the first connection reaches the proxy.
 	DiscoverRegistries bool `json:"discover_registries"`
+	// Publish are the host's ports forwarded into the sandbox: the
+	// supervisor listens on each and connects every connection to the
+	// sandbox's loopback.
+	Publish []Publish `json:"publish,omitempty"`
+}
+
+// Publish is one published port: connections accepted on the host at
+// HostAddress:HostPort are relayed to SandboxPort on the sandbox's
+// loopback.
+type Publish struct {
+	HostAddress string `json:"host_address"`
+	HostPort    int    `json:"host_port"`
+	SandboxPort int    `json:"sandbox_port"`
 }
 
 // Proxy are the egress proxy's loopback ports inside the sandbox.

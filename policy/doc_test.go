@@ -44,6 +44,7 @@ func TestDocExample(t *testing.T) {
 		{Host: "registry.example.com", Ports: []int{443}, Reason: "package downloads for the build"},
 		{Host: "mirror.example.internal", Ports: []int{8080}, Addresses: []string{"10.20.0.5"}, Reason: "the team's package mirror"},
 	}
+	want.Network.Publish = []PublishEntry{{HostAddress: "127.0.0.1", HostPort: 18080, SandboxPort: 8080}}
 	want.Environment.Set = map[string]string{"CI": "1"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("the complete example is not the default policy plus its list entries:\n got %+v\nwant %+v", got, want)

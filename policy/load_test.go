@@ -70,6 +70,16 @@ ports = [8080]
 addresses = ["10.20.0.5"]
 reason = "internal mirror, pinned"
 
+[[network.publish]]
+host_address = "127.0.0.1"
+host_port = 18080
+sandbox_port = 8080
+
+[[network.publish]]
+host_address = "::"
+host_port = 9000
+sandbox_port = 9000
+
 [lifecycle]
 session_idle = "15m"
 session_max = "2h"
@@ -118,6 +128,7 @@ func fullPolicy() *Policy {
 				{Host: "192.0.2.10", Ports: []int{80}, Reason: "the team's mirror"},
 				{Host: "mirror.example.internal", Ports: []int{8080}, Addresses: []string{"10.20.0.5"}, Reason: "internal mirror, pinned"},
 			},
+			Publish: []PublishEntry{{HostAddress: "127.0.0.1", HostPort: 18080, SandboxPort: 8080}, {HostAddress: "::", HostPort: 9000, SandboxPort: 9000}},
 		},
 		Lifecycle: Lifecycle{
 			SessionIdle: Duration(15 * time.Minute),

@@ -156,7 +156,30 @@ type Network struct {
 	// sandbox's own loopback can be bound and connected to. It is still
 	// accepted so that older policies load; the plan warns about it.
 	LocalPorts []int `toml:"local_ports"`
+	// Publish forwards ports of the host to loopback ports inside the
+	// sandbox, so that a server there (a dev server) is reachable from
+	// the host.
+	Publish []PublishEntry `toml:"publish"`
 }
+
+// PublishEntry forwards one TCP port of the host into the sandbox: every
+// connection accepted on HostAddress:HostPort is connected to
+// 127.0.0.1:SandboxPort inside the sandbox's network namespace.
+type PublishEntry struct {
+	// HostAddress is the host's IP address to listen on; "" is
+	// 127.0.0.1, the host's loopback (Validate fills it in). Any other
+	// address, such as 0.0.0.0, exposes the sandbox's server beyond this
+	// host, and must be written out.
+	HostAddress string `toml:"host_address"`
+	// HostPort is the host's port, 1..65535.
+	HostPort int `toml:"host_port"`
+	// SandboxPort is the loopback port inside the sandbox, 1..65535.
+	SandboxPort int `toml:"sandbox_port"`
+}
+
+// DefaultPublishAddress is the host address a publish entry listens on
+// when it names none: the host's loopback.
+const DefaultPublishAddress = "127.0.0.1"
 
 // AllowEntry lets the sandbox reach one destination through the egress proxy.
 type AllowEntry struct {

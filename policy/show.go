@@ -98,6 +98,14 @@ func (p *Policy) Marshal() ([]byte, error) {
 		}
 		w("reason = %s\n", q(a.Reason))
 	}
+	if len(n.Publish) == 0 {
+		w("# Ports of the host forwarded into the sandbox, any number of:\n")
+		w("# [[network.publish]]\n# host_address = \"127.0.0.1\"   # the default: the host's loopback only\n")
+		w("# host_port = 18080                # where host clients connect\n# sandbox_port = 8080              # the server's loopback port inside\n")
+	}
+	for _, e := range n.Publish {
+		w("\n[[network.publish]]\nhost_address = %s\nhost_port = %d\nsandbox_port = %d\n", q(e.HostAddress), e.HostPort, e.SandboxPort)
+	}
 
 	l := &p.Lifecycle
 	w("\n# LIFECYCLE: how long a session lives (hutch run makes a fresh sandbox per execution).\n[lifecycle]\n")

@@ -27,7 +27,8 @@ const (
 // an *Error naming its key, joined with errors.Join; nil when p is valid.
 //
 // Validate also normalizes: an allow entry without ports gets
-// [DefaultPort].
+// [DefaultPort], a publish entry without a host address
+// DefaultPublishAddress.
 //
 // Host paths must be absolute here; Parse has already resolved the relative
 // paths of a policy file against its directory, and the CLI resolves its
@@ -219,6 +220,48 @@ func (v *validator) network(n *Network) {
 			}
 			v.bad(key+".reason", "required: say why the sandbox needs %s", what)
 		}
+	}
+	v.publish(n.Publish, n.Mode == NetProxy)
+}
+
+// ProxySandboxPorts are the loopback ports inside the sandbox where hutch
+// serves the egress proxy (HTTP, SOCKS5) and its DNS refuser in proxy
+// mode (package plan's ProxyHTTPPort, ProxySOCKSPort and DNSPort): no
+// publish entry may name them.
+var ProxySandboxPorts = [3]int{3128, 1080, 53}
+
+// publish checks the publish entries: ports, addresses, and that no two
+// listen on the same host address and port.
+func (v *validator) publish(list []PublishEntry, proxy bool) {
+	seen := map[netip.AddrPort]int{}
+	for i := range list {
+		e := &list[i]
+		key := fmt.Sprintf("network.publish[%d]", i)
+		if e.HostAddress == "" {
+			e.HostAddress = DefaultPublishAddress
+		}
+		addr, err := netip.ParseAddr(e.HostAddress)
+		if err != nil || addr.Zone() != "" {
+			v.bad(key+".host_address", "want an IPv4 or IPv6 address of the host to listen on (no brackets, ports, zones or names), such as %q or \"0.0.0.0\", not %q", DefaultPublishAddress, e.HostAddress)
+		}
+		okHost := e.HostPort >= 1 && e.HostPort <= 65535
+		if !okHost {
+			v.bad(key+".host_port", "must be between 1 and 65535, not %d", e.HostPort)
+		}
+		if e.SandboxPort < 1 || e.SandboxPort > 65535 {
+			v.bad(key+".sandbox_port", "must be between 1 and 65535, not %d", e.SandboxPort)
+		} else if proxy && slices.Contains(ProxySandboxPorts[:], e.SandboxPort) {
+			v.bad(key+".sandbox_port", "%d is where hutch's egress proxy listens inside the sandbox (ports %d, %d and %d are hutch's in proxy mode); publish another port", e.SandboxPort, ProxySandboxPorts[0], ProxySandboxPorts[1], ProxySandboxPorts[2])
+		}
+		if err != nil || !okHost {
+			continue
+		}
+		ap := netip.AddrPortFrom(addr.Unmap(), uint16(e.HostPort))
+		if j, dup := seen[ap]; dup {
+			v.bad(key+".host_port", "%s is published twice (network.publish[%d] listens there too)", ap, j)
+			continue
+		}
+		seen[ap] = i
 	}
 }
 

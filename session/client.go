@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutchsandbox/hutch/background"
 	"github.com/hutchsandbox/hutch/terminal"
 )
 
@@ -160,4 +161,89 @@ func pollable(fd int) (*os.File, error) {
 		return nil, fmt.Errorf("terminal master: %w", err)
 	}
 	return os.NewFile(uintptr(fd), "pty master"), nil
+}
+
+// Detach starts a command in the session's background and returns its id.
+func (cl *Client) Detach(req *Request) (string, error) {
+	req.Op = "detach"
+	if err := sendDetach(cl.c, req); err != nil {
+		return "", fmt.Errorf("send to session: %w", err)
+	}
+	r, err := cl.reply("detached", nil)
+	if err != nil {
+		return "", err
+	}
+	return r.ID, nil
+}
+
+// Ps lists the session's detached commands.
+func (cl *Client) Ps() ([]background.Info, error) {
+	if err := send(cl.c, &Request{Op: "ps"}); err != nil {
+		return nil, err
+	}
+	r, err := cl.reply("ps", nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.Background, nil
+}
+
+// Logs is what detached command id kept of its stdout and stderr so far,
+// with its description and the bytes of each stream dropped before them.
+func (cl *Client) Logs(id string) (stdout, stderr []byte, r *Reply, err error) {
+	if err := send(cl.c, &Request{Op: "logs", ID: id}); err != nil {
+		return nil, nil, nil, err
+	}
+	var fds []int
+	if r, err = cl.reply("logs", &fds); err != nil {
+		return nil, nil, nil, err
+	}
+	if len(fds) != 2 {
+		closeFDs(fds)
+		return nil, nil, nil, fmt.Errorf("logs: the session sent %d descriptors, not 2", len(fds))
+	}
+	stdout, err = readMemfd(fds[0]) // each closes its descriptor
+	if serr, rerr := readMemfd(fds[1]); err == nil {
+		stderr, err = serr, rerr
+	}
+	return stdout, stderr, r, err
+}
+
+// Kill stops detached command id (SIGTERM, then SIGKILL) and describes how
+// it ended.
+func (cl *Client) Kill(id string) (*background.Info, error) {
+	if err := send(cl.c, &Request{Op: "kill", ID: id}); err != nil {
+		return nil, err
+	}
+	cl.c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	r, err := cl.reply("killed", nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Background) != 1 {
+		return nil, errors.New("kill: the session did not say how the command ended")
+	}
+	return &r.Background[0], nil
+}
+
+// reply reads the answer to a request, want or an error; fds, when not
+// nil, receives the descriptors that came with it (else they are closed).
+func (cl *Client) reply(want string, fds *[]int) (*Reply, error) {
+	var r Reply
+	got, err := recv(cl.c, &r)
+	if err != nil {
+		return nil, fmt.Errorf("the session did not answer: %w", err)
+	}
+	if fds != nil && r.Op == want {
+		*fds = got
+	} else {
+		closeFDs(got)
+	}
+	switch r.Op {
+	case want:
+		return &r, nil
+	case "error":
+		return nil, errors.New(r.Error)
+	}
+	return nil, fmt.Errorf("unexpected answer %q from the session (an older hutch serves it? stop it and start it again)", r.Op)
 }

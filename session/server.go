@@ -109,7 +109,11 @@ func (s *Server) lifetime(ctx context.Context) {
 			return
 		case now := <-t.C:
 			s.mu.Lock()
-			idle := s.running == 0 && s.Idle > 0 && now.Sub(s.last) > s.Idle
+			last := s.last
+			if a := s.Session.LastActive(); a.After(last) {
+				last = a // a published port's connection is activity too
+			}
+			idle := s.running == 0 && s.Idle > 0 && now.Sub(last) > s.Idle
 			s.mu.Unlock()
 			if idle || (s.Max > 0 && now.Sub(s.started) > s.Max) {
 				s.log("session lifetime reached", "idle", idle)
@@ -172,6 +176,17 @@ func (s *Server) handle(ctx context.Context, c *net.UnixConn) {
 			// signal requests owns the connection until it ends.
 			s.exec(ctx, c, &req, fds)
 			return
+		case "detach":
+			if len(fds) != 1 {
+				closeFDs(fds)
+				send(c, &Reply{Op: "error", Error: "detach needs the request"})
+				continue
+			}
+			send(c, s.detach(fds[0]))
+		case "ps", "logs", "kill":
+			closeFDs(fds)
+			s.touch()
+			s.background(c, &req)
 		case "info":
 			closeFDs(fds)
 			send(c, &Reply{Op: "info", Info: s.info()})
@@ -207,6 +222,7 @@ func (s *Server) info() *Info {
 	return &Info{
 		Name: s.Name, Pid: os.Getpid(), SandboxID: s.Session.ID(), Workspace: s.Session.Workspace(),
 		Started: s.started, Execs: s.execs, Running: s.running,
+		Background: s.Session.Background().Running(), Published: s.Session.PublishedAddrs(),
 		Idle: s.Idle.String(), Max: s.Max.String(), Policy: s.PolicyTOML,
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutchsandbox/hutch/background"
 	"github.com/hutchsandbox/hutch/hostdirs"
 	"github.com/hutchsandbox/hutch/internal/memfd"
 )
@@ -65,8 +66,14 @@ func SocketPath(dir, name string) string { return filepath.Join(dir, name+".sock
 // stderr, and a sealed memfd that holds the whole request as JSON (its
 // argv and environment may be as large as execve takes, megabytes, far
 // beyond what one packet of the socket holds).
+//
+// A detach request is {"op":"detach"} with one descriptor, the sealed memfd
+// of the request: the command runs in the background, with no stdio of the
+// caller's, and the reply (detached) carries its id at once. ps lists the
+// detached commands, logs (ID) sends what one's stdout and stderr kept as
+// two memfds, kill (ID) stops one.
 type Request struct {
-	Op       string   `json:"op"` // exec, signal, info, stop
+	Op       string   `json:"op"` // exec, detach, signal, info, stop, ps, logs, kill
 	Argv     []string `json:"argv,omitempty"`
 	Env      []string `json:"env,omitempty"`
 	ExtraEnv []string `json:"extra_env,omitempty"`
@@ -84,6 +91,8 @@ type Request struct {
 	// (package terminal). Without a terminal among the stdio it is
 	// ignored, and the reply carries none.
 	Terminal bool `json:"terminal,omitempty"`
+	// ID names a detached command (logs, kill).
+	ID string `json:"id,omitempty"`
 }
 
 // Reply is the server's message.
@@ -95,6 +104,15 @@ type Reply struct {
 	SandboxID string   `json:"sandbox_id,omitempty"`
 	Error     string   `json:"error,omitempty"`
 	Info      *Info    `json:"info,omitempty"`
+	// ID is a detached command's id (detached).
+	ID string `json:"id,omitempty"`
+	// Background describes the session's detached commands (ps), or the
+	// one a logs or kill request named.
+	Background []background.Info `json:"background,omitempty"`
+	// StdoutDropped and StderrDropped (logs) count the bytes of each
+	// stream that came before the ones kept.
+	StdoutDropped int64 `json:"stdout_dropped,omitempty"`
+	StderrDropped int64 `json:"stderr_dropped,omitempty"`
 }
 
 // Info describes a running session.
@@ -110,6 +128,11 @@ type Info struct {
 	Max       string    `json:"max_lifetime"`
 	// Policy is the session's effective policy as TOML (for --fresh).
 	Policy string `json:"policy"`
+
+	// Background counts the detached commands that run; Published are
+	// the host addresses of the published ports.
+	Background int      `json:"background"`
+	Published  []string `json:"published,omitempty"`
 }
 
 const maxMsg = 1 << 20
@@ -119,19 +142,34 @@ const maxBody = 64 << 20
 
 // sendExec sends an exec request with the caller's stdio.
 func sendExec(c *net.UnixConn, req *Request, stdin, stdout, stderr int) error {
-	b, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	if len(b) > maxBody {
-		return fmt.Errorf("the request is %d bytes, more than a session takes (%d)", len(b), maxBody)
-	}
-	body, err := sealedBody(b)
+	body, err := requestBody(req)
 	if err != nil {
 		return err
 	}
 	defer body.Close()
 	return send(c, &Request{Op: "exec"}, stdin, stdout, stderr, int(body.Fd()))
+}
+
+// sendDetach sends a detach request: the request alone, in its memfd.
+func sendDetach(c *net.UnixConn, req *Request) error {
+	body, err := requestBody(req)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	return send(c, &Request{Op: "detach"}, int(body.Fd()))
+}
+
+// requestBody is req as JSON in a sealed memfd.
+func requestBody(req *Request) (*os.File, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxBody {
+		return nil, fmt.Errorf("the request is %d bytes, more than a session takes (%d)", len(b), maxBody)
+	}
+	return sealedBody(b)
 }
 
 // sealedBody is b in a memfd nothing can change any more.
@@ -155,23 +193,33 @@ func sealedBody(b []byte) (*os.File, error) {
 // readBody decodes an exec request from its body's descriptor (a regular
 // file of at most maxBody bytes), which it closes.
 func readBody(fd int, req *Request) error {
-	f := os.NewFile(uintptr(fd), "exec request")
-	defer f.Close()
-	fi, err := f.Stat()
+	b, err := readMemfd(fd)
 	if err != nil {
-		return fmt.Errorf("exec request: %w", err)
-	}
-	if !fi.Mode().IsRegular() || fi.Size() > maxBody {
-		return fmt.Errorf("exec request: want a regular file of at most %d bytes", maxBody)
-	}
-	b := make([]byte, fi.Size())
-	if _, err := f.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("exec request: %w", err)
 	}
 	if err := json.Unmarshal(b, req); err != nil {
 		return fmt.Errorf("decode the exec request: %w", err)
 	}
 	return nil
+}
+
+// readMemfd reads the whole of a request's or an answer's memfd (a
+// regular file of at most maxBody bytes) and closes it.
+func readMemfd(fd int) ([]byte, error) {
+	f := os.NewFile(uintptr(fd), "memfd")
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > maxBody {
+		return nil, fmt.Errorf("want a regular file of at most %d bytes", maxBody)
+	}
+	b := make([]byte, fi.Size())
+	if _, err := f.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return b, nil
 }
 
 func send(c *net.UnixConn, v any, fds ...int) error {

@@ -92,7 +92,7 @@ func TestMalformedInput(t *testing.T) {
 		{"session stop a session that does not run", []string{"session", "stop", "nosuch"}, 1, `hutch: no session named "nosuch" is running`},
 		{"session stop without a name", []string{"session", "stop"}, 2, `hutch: usage: hutch session stop NAME`},
 		{"session stop two names", []string{"session", "stop", "a", "b"}, 2, `hutch: usage: hutch session stop NAME`},
-		{"session unknown subcommand", []string{"session", "bogus"}, 125, `hutch: unknown command "bogus" for hutch session: want one of start, ls, stop (see hutch session --help)`},
+		{"session unknown subcommand", []string{"session", "bogus"}, 125, `hutch: unknown command "bogus" for hutch session: want one of start, ls, ps, logs, kill, stop (see hutch session --help)`},
 
 		// The command line of run and exec.
 		{"no command", []string{"run"}, 125, `hutch: no command given: usage: hutch run [flags] -- COMMAND [ARG...]`},
@@ -138,7 +138,7 @@ func TestMalformedInput(t *testing.T) {
 		{"--env bad name", run("--env", "1BAD=x", "--", "true"), 125, `hutch: --env "1BAD=x": want NAME=VALUE or NAME, where NAME is letters, digits and _ not starting with a digit`},
 		{"--env empty name", run("--env", "=x", "--", "true"), 125, `hutch: --env "=x": want NAME=VALUE or NAME`},
 		{"exec --env bad name", exec("--env", "A-B=x"), 125, `hutch: --env "A-B=x": want NAME=VALUE or NAME`},
-		{"exec option after the name", []string{"exec", session, "--timeout", "5s", "--", "true"}, 125, `hutch: exec option --timeout after the session name: put options first: hutch exec [--timeout D] [--env K=V] [--cwd DIR] [--fresh] NAME -- COMMAND [ARG...]`},
+		{"exec option after the name", []string{"exec", session, "--timeout", "5s", "--", "true"}, 125, `hutch: exec option --timeout after the session name: put options first: hutch exec [--timeout D] [--env K=V] [--cwd DIR] [--fresh] [--detach] NAME -- COMMAND [ARG...]`},
 		{"exec without a command", []string{"exec", session}, 125, `hutch: usage: hutch exec NAME [--] COMMAND [ARG...]`},
 		{"exec without a command after --", []string{"exec", session, "--"}, 125, `hutch: usage: hutch exec NAME [--] COMMAND [ARG...]`},
 		{"--policy missing", run("--policy", "/nonexistent.toml", "--", "true"), 125, `hutch: policy file /nonexistent.toml: no such file or directory`},
@@ -411,7 +411,7 @@ func TestMalformedMCPArguments(t *testing.T) {
 		{`{"command":"ls","timeout_seconds":"5"}`, `invalid input: argument "timeout_seconds": want an integer, got JSON string`},
 		{`{"command":"ls","timeout_seconds":1.5}`, `invalid input: argument "timeout_seconds": want an integer, got JSON number 1.5`},
 		{`{"command":"ls","fresh":"yes"}`, `invalid input: argument "fresh": want a boolean, got JSON string`},
-		{`{"command":"ls","cmd":"x"}`, `invalid input: unknown argument "cmd": run_command takes command, cwd, timeout_seconds and fresh`},
+		{`{"command":"ls","cmd":"x"}`, `invalid input: unknown argument "cmd": run_command takes command, cwd, timeout_seconds, fresh and background`},
 		{`[]`, `invalid input: arguments: want an object with "command", got JSON array`},
 		{`null`, `invalid input: arguments missing: pass an object with "command" (a shell command line)`},
 		{`"ls"`, `invalid input: arguments: want an object with "command", got JSON string`},

@@ -147,3 +147,8 @@ func validObject(data []byte) bool {
 	i := skipSpace(data, 0)
 	return i < len(data) && data[i] == '{' && json.Valid(data)
 }
+
+// plainBool returns a JSON true or false.
+func plainBool(v []byte) (bool, bool) {
+	return string(v) == "true", string(v) == "true" || string(v) == "false"
+}

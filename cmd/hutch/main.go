@@ -123,6 +123,7 @@ func policyFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "allow-ptrace", Usage: "let debuggers and tracers (gdb, strace) trace a command's own processes (seccomp.ptrace, on by default; --allow-ptrace=false denies them)"},
 		&cli.StringSliceFlag{Name: "allow", Usage: "allowlist `HOST[:PORT][=ADDR]` for this run (port default 443; =ADDR pins the name to that address; repeatable)"},
 		&cli.BoolFlag{Name: "no-discover", Usage: "do not allowlist the package registries the host's tools are configured to use"},
+		&cli.StringSliceFlag{Name: "publish", Usage: "forward the host's `[ADDR:]HOSTPORT:PORT` to PORT on the sandbox's loopback (ADDR default 127.0.0.1; repeatable)"},
 	}
 }
 
@@ -139,7 +140,7 @@ func effectivePolicy(c *cli.Context, workspaceAt string) (*policy.Policy, error)
 		}
 		p = lp
 	}
-	fromFile := struct{ allow, readOnly int }{len(p.Network.Allow), len(p.Filesystem.ReadOnly)}
+	fromFile := fromFile{len(p.Network.Allow), len(p.Filesystem.ReadOnly), len(p.Network.Publish)}
 	if v := c.String("workspace"); v != "" {
 		p.Filesystem.Workspace = v
 	}
@@ -198,6 +199,13 @@ func effectivePolicy(c *cli.Context, workspaceAt string) (*policy.Policy, error)
 	}
 	if c.Bool("no-discover") {
 		p.Network.DiscoverRegistries = false
+	}
+	for _, v := range c.StringSlice("publish") {
+		e, err := policy.ParsePublish(v)
+		if err != nil {
+			return nil, fmt.Errorf("--publish %q: %w", v, err)
+		}
+		p.Network.Publish = append(p.Network.Publish, e)
 	}
 	for _, b := range c.StringSlice("ro-bind") {
 		src, dst, _ := strings.Cut(b, ":")

@@ -154,10 +154,14 @@ func newMCPServer(lifetime context.Context, tool *agent.Tool, p *policy.Policy, 
 	if err != nil {
 		return nil, fmt.Errorf("run_command output schema: %w", err)
 	}
+	desc := agent.Describe(p, agent.DescribeOptions{Workspace: tool.Workspace, MaxOutput: maxOutput, Session: isSession(tool)})
+	if _, ok := tool.Exec.(agent.Backgrounder); ok {
+		desc += "\n\nA command started with background: true is the exception: it runs on in the session's background across calls (a dev server, a watcher) until it exits, is stopped, or the server ends; the background tool reads its output and stops it."
+	}
 	server.AddTool(&mcp.Tool{
 		Name:         agent.ToolName,
 		Title:        "Run a command in the hutch sandbox",
-		Description:  agent.Describe(p, agent.DescribeOptions{Workspace: tool.Workspace, MaxOutput: maxOutput, Session: isSession(tool)}),
+		Description:  desc,
 		Annotations:  &mcp.ToolAnnotations{Title: "Run a command in the hutch sandbox"},
 		InputSchema:  inSchema,
 		OutputSchema: outSchema,
@@ -190,6 +194,11 @@ func newMCPServer(lifetime context.Context, tool *agent.Tool, p *policy.Policy, 
 		}
 		return resultContent(req, res)
 	})
+	if _, ok := tool.Exec.(agent.Backgrounder); ok {
+		if err := addBackgroundTool(server, tool, p, logger); err != nil {
+			return nil, err
+		}
+	}
 	return server, nil
 }
 
@@ -253,7 +262,9 @@ func decodeRunCommandInput(raw json.RawMessage) (agent.RunCommandInput, error) {
 			in.TimeoutSeconds = int(n)
 			ok = ok && int64(in.TimeoutSeconds) == n
 		case "fresh":
-			in.Fresh, ok = string(v) == "true", string(v) == "true" || string(v) == "false"
+			in.Fresh, ok = plainBool(v)
+		case "background":
+			in.Background, ok = plainBool(v)
 		}
 		return ok
 	}) {
@@ -268,24 +279,32 @@ func decodeRunCommandInputJSON(raw json.RawMessage) (agent.RunCommandInput, erro
 	if len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 		return in, errors.New("arguments missing: pass an object with \"command\" (a shell command line)")
 	}
+	return in, decodeArgs(raw, &in, "run_command takes command, cwd, timeout_seconds, fresh and background", `an object with "command"`)
+}
+
+// decodeArgs decodes a tool's arguments into v strictly (only its fields,
+// each of its type, one JSON value); an error names the argument, with
+// takes (what the tool takes) after an unknown one and want (the shape of
+// the arguments) after a value of another shape.
+func decodeArgs(raw json.RawMessage, v any, takes, want string) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
+	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &te) && te.Field != "":
-			return in, fmt.Errorf("argument %q: want %s, got JSON %s", te.Field, jsonKind(te.Type), te.Value)
+			return fmt.Errorf("argument %q: want %s, got JSON %s", te.Field, jsonKind(te.Type), te.Value)
 		case errors.As(err, &te):
-			return in, fmt.Errorf("arguments: want an object with \"command\", got JSON %s", te.Value)
+			return fmt.Errorf("arguments: want %s, got JSON %s", want, te.Value)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			return in, fmt.Errorf("unknown argument %s: run_command takes command, cwd, timeout_seconds and fresh", strings.TrimPrefix(err.Error(), "json: unknown field "))
+			return fmt.Errorf("unknown argument %s: %s", strings.TrimPrefix(err.Error(), "json: unknown field "), takes)
 		}
-		return in, fmt.Errorf("arguments: %w", err)
+		return fmt.Errorf("arguments: %w", err)
 	}
 	if dec.More() {
-		return in, errors.New("arguments: more than one JSON value")
+		return errors.New("arguments: more than one JSON value")
 	}
-	return in, nil
+	return nil
 }
 
 // jsonKind names a Go field type as JSON Schema would.

@@ -29,7 +29,7 @@ func TestDecodeRunCommandInput(t *testing.T) {
 		`{"command":1}`:                         `argument "command": want a string, got JSON number`,
 		`{"command":"x","timeout_seconds":"5"}`: `argument "timeout_seconds": want an integer, got JSON string`,
 		`{"command":"x","fresh":"yes"}`:         `argument "fresh": want a boolean`,
-		`{"command":"x","cmd":"y"}`:             `unknown argument "cmd": run_command takes command, cwd, timeout_seconds and fresh`,
+		`{"command":"x","cmd":"y"}`:             `unknown argument "cmd": run_command takes command, cwd, timeout_seconds, fresh and background`,
 		`["ls"]`:                                `arguments: want an object with "command", got JSON array`,
 		`{"command":"x"} {}`:                    "more than one JSON value",
 		`{"command":`:                           "arguments: ",
@@ -46,6 +46,7 @@ func TestDecodeRunCommandInputDirect(t *testing.T) {
 	for _, raw := range []string{
 		`{"command":"ls","cwd":"src","timeout_seconds":5,"fresh":true}`,
 		` {"fresh":false, "command":"echo hi"} `,
+		`{"command":"make serve","background":true}`,
 		`{}`,
 	} {
 		var taken bool
@@ -90,6 +91,8 @@ var runCommandInputCases = []string{
 	`{"command":"x","timeout_seconds":99999999999999999999}`,
 	`{"command":"x","fresh":1}`,
 	`{"command":"x","fresh":null}`,
+	`{"command":"x","background":"yes"}`,
+	`{"command":"x","background":false,"background":true}`,
 	`{"command":"x"} {}`,
 	`{"command":"x",}`,
 	`{"command":["x"]}`,

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -183,6 +185,9 @@ func printPlan(w io.Writer, sb *plan.Sandbox) {
 		if n.DiscoverRegistries {
 			item("allow the package registries the host's tools use (discovered at the first connection)")
 		}
+	}
+	for _, pub := range n.Publish {
+		item("published: host %s -> the sandbox's loopback port %d (every connection logged)", net.JoinHostPort(pub.HostAddress, strconv.Itoa(pub.HostPort)), pub.SandboxPort)
 	}
 	if sb.Process.Spawner {
 		sec("process", "a session's later commands start from a spawner (restrictions applied once)")

@@ -39,6 +39,9 @@ func sessionCommand() *cli.Command {
 				Action: sessionStart,
 			},
 			{Name: "ls", Usage: "list running sessions", Action: sessionLs},
+			{Name: "ps", Usage: "list a session's background commands (hutch exec --detach)", ArgsUsage: "NAME", Action: sessionPs},
+			{Name: "logs", Usage: "print what a background command wrote to stdout and stderr so far (the last 1MiB of each)", ArgsUsage: "NAME ID", Action: sessionLogs},
+			{Name: "kill", Usage: "stop a background command: SIGTERM, then SIGKILL after 3s", ArgsUsage: "NAME ID", Action: sessionKill},
 			{
 				Name:      "stop",
 				Usage:     "stop a session: every process is killed, the sandbox and its socket are removed",
@@ -132,6 +135,7 @@ func sessionStart(c *cli.Context) error {
 			b, _ := os.ReadFile(logf.Name())
 			msg = "the session supervisor exited: " + strings.TrimSpace(string(b))
 		}
+		os.Remove(logf.Name()) // nothing of a session that did not start is left
 		return &exitError{hutch.ExitSetup, "hutch: cannot start session " + name + ": " + msg}
 	}
 	cmd.Process.Release()
@@ -252,6 +256,7 @@ func execCommand() *cli.Command {
 			&cli.StringFlag{Name: "cwd", Usage: "working `DIR` inside (relative to /workspace)"},
 			&cli.StringFlag{Name: "timeout", Usage: "wall-clock limit for this command (default: the session policy's)"},
 			&cli.BoolFlag{Name: "fresh", Usage: "run in a new one-off sandbox with the session's policy (for suspicious operations)"},
+			&cli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "run in the session's background and print its id at once: it outlives this exec until it exits, hutch session kill, or the session's end (no time limit unless --timeout)"},
 			jsonFlag,
 		},
 		Action: execAction,
@@ -264,7 +269,7 @@ func execAction(c *cli.Context) error {
 	}
 	name, argv := c.Args().First(), c.Args().Slice()[1:]
 	if strings.HasPrefix(argv[0], "-") && argv[0] != "--" {
-		return &exitError{hutch.ExitSetup, fmt.Sprintf("hutch: exec option %s after the session name: put options first: hutch exec [--timeout D] [--env K=V] [--cwd DIR] [--fresh] NAME -- COMMAND [ARG...]", argv[0])}
+		return &exitError{hutch.ExitSetup, fmt.Sprintf("hutch: exec option %s after the session name: put options first: hutch exec [--timeout D] [--env K=V] [--cwd DIR] [--fresh] [--detach] NAME -- COMMAND [ARG...]", argv[0])}
 	}
 	if argv[0] == "--" {
 		argv = argv[1:]
@@ -278,6 +283,9 @@ func execAction(c *cli.Context) error {
 	}
 	if err := envFlag(c); err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+	}
+	if c.Bool("detach") {
+		return execDetach(c, name, argv, timeout)
 	}
 	if c.Bool("json") {
 		return execJSON(c, name, argv, timeout)
@@ -321,6 +329,7 @@ func execFresh(c *cli.Context, cl *session.Client, argv []string, timeout time.D
 	if err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
+	p.Network.Publish = nil // the session holds its published ports
 	if timeout > 0 {
 		p.Resources.Timeout = policy.Duration(timeout)
 	}

@@ -110,8 +110,9 @@ var flagKeys = map[string]string{
 // nameFlags rewrites the problems of the effective policy that flags
 // caused to name the flag and its value first: "--memory 1MiB:
 // resources.memory: must be at least 16MiB, not 1MiB". fromFile are the
-// policy's allow entries and read-only binds before the flags added theirs.
-func nameFlags(c *cli.Context, err error, fromFile struct{ allow, readOnly int }) error {
+// policy's allow entries, read-only binds and publish entries before the
+// flags added theirs.
+func nameFlags(c *cli.Context, err error, fromFile fromFile) error {
 	var list []error
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		list = j.Unwrap()
@@ -134,15 +135,19 @@ func nameFlags(c *cli.Context, err error, fromFile struct{ allow, readOnly int }
 	return errors.New(strings.Join(lines, "\n"))
 }
 
+// fromFile counts the list entries a policy file gave, before the flags
+// (--allow, --ro-bind, --publish) added theirs.
+type fromFile struct{ allow, readOnly, publish int }
+
 // flagFor finds the flag, and its value, that set key.
-func flagFor(c *cli.Context, key string, fromFile struct{ allow, readOnly int }) (flag, value string, ok bool) {
+func flagFor(c *cli.Context, key string, fromFile fromFile) (flag, value string, ok bool) {
 	if f, ok := flagKeys[key]; ok && c.IsSet(f) {
 		return f, fmt.Sprint(c.Value(f)), true
 	}
 	for _, list := range []struct {
 		prefix, flag string
 		before       int
-	}{{"network.allow[", "allow", fromFile.allow}, {"filesystem.read_only[", "ro-bind", fromFile.readOnly}} {
+	}{{"network.allow[", "allow", fromFile.allow}, {"filesystem.read_only[", "ro-bind", fromFile.readOnly}, {"network.publish[", "publish", fromFile.publish}} {
 		rest, found := strings.CutPrefix(key, list.prefix)
 		if !found {
 			continue

@@ -7,6 +7,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -20,7 +21,20 @@ let client;
 let transport;
 let workspace;
 let stderrLog = '';
+let publishedPort;
 const tmpDirs = [];
+
+// A port of the host's loopback that nothing listens on.
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
 
 // A directory the hutch user owns, reachable through a traversable chain.
 function userDir(prefix) {
@@ -43,7 +57,9 @@ before(async () => {
   workspace = userDir('hutch-mcp-ws-');
   const state = userDir('hutch-mcp-state-');
 
-  const hutchArgs = ['mcp', '--workspace', workspace, '--security-log', path.join(state, 'security.log')];
+  publishedPort = await freePort();
+  const hutchArgs = ['mcp', '--workspace', workspace, '--security-log', path.join(state, 'security.log'),
+    '--publish', `127.0.0.1:${publishedPort}:8080`];
   const command = asRoot ? 'setpriv' : bin;
   const args = asRoot
     ? [`--reuid=${TEST_UID}`, `--regid=${TEST_UID}`, '--clear-groups', bin, ...hutchArgs]
@@ -101,14 +117,18 @@ test('lists run_command with its input and output schema', async () => {
   assert.ok(tool.description.includes(`at its own host path, ${workspace}`), tool.description);
   assert.match(tool.description, /network blocked by policy/);
   assert.equal(tool.inputSchema.type, 'object');
-  assert.deepEqual(Object.keys(tool.inputSchema.properties).sort(), ['command', 'cwd', 'fresh', 'timeout_seconds']);
+  assert.deepEqual(Object.keys(tool.inputSchema.properties).sort(), ['background', 'command', 'cwd', 'fresh', 'timeout_seconds']);
   assert.deepEqual(tool.inputSchema.required, ['command']);
   assert.equal(tool.inputSchema.properties.command.type, 'string');
   assert.equal(tool.inputSchema.properties.timeout_seconds.type, 'integer');
   assert.ok(tool.outputSchema, 'no outputSchema');
   assert.deepEqual(Object.keys(tool.outputSchema.properties).sort(), [
-    'exit_code', 'policy_events', 'sandbox_id', 'stderr', 'stderr_truncated', 'stdout', 'stdout_truncated', 'timed_out',
+    'background_id', 'exit_code', 'policy_events', 'sandbox_id', 'stderr', 'stderr_truncated', 'stdout', 'stdout_truncated', 'timed_out',
   ]);
+  const bg = tools.find((t) => t.name === 'background');
+  assert.ok(bg, `background not among ${tools.map((t) => t.name)}`);
+  assert.deepEqual(Object.keys(bg.inputSchema.properties).sort(), ['id', 'stop']);
+  assert.match(bg.description, new RegExp(`sandbox port 8080 at 127\\.0\\.0\\.1:${publishedPort}`));
 });
 
 test('success: stdout and exit code 0', async () => {
@@ -206,4 +226,51 @@ test('progress: a long call reports progress to a client that asks for it', asyn
   assert.ok(progress.length >= 1, 'no progress notification in 11s');
   assert.match(progress[0].message, /^running for \d+s$/);
   assert.ok(progress[0].progress >= 9, JSON.stringify(progress));
+});
+
+// callBackground calls the background tool and checks its result.
+async function callBackground(args) {
+  const res = await client.callTool({ name: 'background', arguments: args });
+  assert.ok(!res.isError, `background(${JSON.stringify(args)}) returned a tool error: ${JSON.stringify(res.content)}\nserver stderr:\n${stderrLog}`);
+  assert.ok(res.structuredContent, `no structuredContent in ${JSON.stringify(res)}`);
+  return res.structuredContent;
+}
+
+test('background: a dev server outlives its call and is reached from the host through --publish', async () => {
+  const started = await client.callTool({ name: 'run_command', arguments: { command: 'exec python3 -m http.server 8080', background: true } });
+  assert.ok(!started.isError, JSON.stringify(started.content));
+  const id = started.structuredContent.background_id;
+  assert.match(id, /^\d+$/, explain(started.structuredContent));
+  assert.match(started.content[0].text, /^background_id: \d+\n/);
+
+  // The host reaches it once it listens.
+  let body;
+  for (let i = 0; i < 150 && body === undefined; i++) {
+    try {
+      const r = await fetch(`http://127.0.0.1:${publishedPort}/`, { signal: AbortSignal.timeout(5000) });
+      if (r.status === 200) body = await r.text();
+    } catch { /* not listening yet */ }
+    if (body === undefined) await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.ok(body !== undefined, `no answer on 127.0.0.1:${publishedPort}\nserver stderr:\n${stderrLog}`);
+  assert.match(body, /Directory listing/);
+
+  const list = await callBackground({});
+  const entry = list.commands.find((c) => c.id === id);
+  assert.ok(entry && entry.running, JSON.stringify(list));
+  assert.equal(entry.command, 'exec python3 -m http.server 8080');
+  assert.equal(entry.stdout, undefined, 'a listing carries no output');
+
+  const one = await callBackground({ id });
+  assert.match(one.commands[0].stderr, /"GET \/ HTTP\/1\.1" 200/, JSON.stringify(one));
+
+  const stopped = await callBackground({ id, stop: true });
+  const end = stopped.commands[0];
+  assert.equal(end.running, false, JSON.stringify(stopped));
+  assert.equal(end.stopped, true);
+  assert.equal(end.exit_code, 143, JSON.stringify(stopped));
+
+  const unknown = await client.callTool({ name: 'background', arguments: { id: '999' } });
+  assert.equal(unknown.isError, true);
+  assert.match(unknown.content[0].text, /no background command "999"/);
 });
