@@ -534,6 +534,7 @@ wait:
 		res.ExitCode = info.Code()
 	}
 	if info.Err == nil && info.ExecCode == 0 {
+		s.limits.Left(info.Leftover)
 		s.limits.Report(before, s.limits.Events(), info.Status, rec)
 	}
 	if s.o.one != nil {

@@ -126,6 +126,19 @@ func (l *Sandbox) Busy() (done func()) {
 	return l.watchdog.Busy()
 }
 
+// Left records how many processes a command left behind
+// (nsjail.ExitInfo.Leftover), which its reaper killed when it ended. On
+// the rlimit backend a tree at RLIMIT_NPROC then means the limit refused
+// forks, which no counter records: a fork bomb that collapsed between two
+// of the watchdog's looks. The cgroup backends count those refusals
+// themselves.
+func (l *Sandbox) Left(n int) {
+	if l == nil || l.watchdog == nil {
+		return
+	}
+	l.watchdog.left(n)
+}
+
 // Events reads the cgroup's counters, or the watchdog's (zero with
 // neither).
 func (l *Sandbox) Events() Events {

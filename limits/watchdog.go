@@ -470,6 +470,21 @@ func (w *watchdog) checkNproc(procs []procInfo) {
 	}
 }
 
+// leftSlack are the processes of a command's tree that kill_all does not
+// count: the command itself, which had ended, and its reaper.
+const leftSlack = 2
+
+// left counts a command's leftover tree at RLIMIT_NPROC as the limit
+// reached (Sandbox.Left).
+func (w *watchdog) left(n int) {
+	if w.cfg.Nproc <= 0 || int64(n)+leftSlack < w.cfg.Nproc {
+		return
+	}
+	w.mu.Lock()
+	w.ev.PidsReached++
+	w.mu.Unlock()
+}
+
 // startTime is field 22 of the process's stat: when it started, in clock
 // ticks since boot; with its pid, it names one process.
 func (w *watchdog) startTime(pid int, buf []byte) (uint64, bool) {

@@ -224,6 +224,24 @@ func TestWatchdogNproc(t *testing.T) {
 	}
 }
 
+// A command that left a tree at the limit behind reached it, whatever the
+// looks saw; one below it did not.
+func TestWatchdogLeft(t *testing.T) {
+	w := newFakeProc(t, fakeTask{pid: 1, userNS: "user:[1]"}).watchdog(plan.Watchdog{Nproc: 67}, nil)
+	w.left(64)
+	if w.ev.PidsReached != 0 {
+		t.Fatalf("64 left of 67: %+v", w.ev)
+	}
+	w.left(65)
+	if w.ev.PidsReached != 1 {
+		t.Errorf("65 left of 67 (with the command and its reaper, the limit): %+v", w.ev)
+	}
+	w = newFakeProc(t).watchdog(plan.Watchdog{MemoryBytes: 1 << 30}, nil)
+	if w.left(1000); w.ev.PidsReached != 0 {
+		t.Errorf("no process limit: %+v", w.ev)
+	}
+}
+
 // The real procfs of this process's pid namespace: the parsers fit what
 // the kernel writes.
 func TestWatchdogRealProc(t *testing.T) {

@@ -337,6 +337,11 @@ static int children(pid_t self, pid_t *out, int max) {
 	return n;
 }
 
+// leftover counts the processes kill_all killed: what the command left
+// behind, reported in the end record (a tree near the process limit is a
+// fork bomb the limit stopped, which no counter of the rlimit backend saw).
+static unsigned leftover;
+
 // kill_all kills every descendant. Orphans re-parent to this process (a
 // child subreaper), so killing the direct children repeatedly, and reaping,
 // reaches the whole tree, also processes that left the session.
@@ -353,7 +358,8 @@ static void kill_all(pid_t self) {
 			return;
 		int n = children(self, kids, 1024);
 		for (int i = 0; i < n; i++)
-			kill(kids[i], SIGKILL);
+			if (kill(kids[i], SIGKILL) == 0)
+				leftover++;
 		while (waitpid(-1, &st, WNOHANG) > 0)
 			;
 		struct timespec ts = {0, n == 0 ? 1000000 : 100000};
@@ -362,7 +368,8 @@ static void kill_all(pid_t self) {
 }
 
 // report_end writes the end record on the status pipe: the wait status the
-// init will see for this reaper, "\n=STATUS\n". Nothing of the command is
+// init will see for this reaper and the processes kill_all killed,
+// "\n=STATUS LEFTOVER\n". Nothing of the command is
 // left by then, so the init may report the command's end at once instead
 // of after this process has exited (its teardown is then off the caller's
 // path).
@@ -375,7 +382,7 @@ static int yield_after_end;
 
 static void report_end(int st) {
 	char buf[32];
-	int n = snprintf(buf, sizeof buf, "\n=%d\n", st);
+	int n = snprintf(buf, sizeof buf, "\n=%d %u\n", st, leftover);
 	ssize_t w = write(HUTCH_SLOT_CHANNEL, buf, (size_t)n);
 	(void)w;
 	if (yield_after_end)
@@ -506,7 +513,7 @@ void hutch_start_command(const char *cwd, char **argv, int yield, int terminal) 
 // code and tables) do not fall on the caller's path.
 void hutch_reaper_pretouch(void) {
 	char buf[32];
-	volatile int n = snprintf(buf, sizeof buf, "\n=%d\n", 0x7f00);
+	volatile int n = snprintf(buf, sizeof buf, "\n=%d %u\n", 0x7f00, leftover);
 	(void)n;
 	errno = 0;
 	volatile int *y = &yield_after_end;

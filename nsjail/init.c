@@ -229,6 +229,7 @@ struct proc {
 	pid_t pid;
 	int status_fd;  // read end of the command's status pipe; -1 once at its end
 	int reported;   // its end was reported from the reaper's end record
+	uint32_t left;  // processes its reaper killed when it ended (end record)
 	int announced;  // STARTED (its reaper's pid) was sent
 	size_t len;     // bytes of the status pipe read so far
 	char text[600]; // what the status pipe said (NUL-terminated)
@@ -238,15 +239,17 @@ static size_t nprocs, capprocs;
 
 // hutch_wr_report writes the layout SPAWNERR, EXIT and SPAWNER_REPLY share:
 // the raw wait status, the exit code hutch reports, the errno of a failed
-// step, what failed, and (EXIT) whether no sandboxed process is left.
+// step, what failed, (EXIT) whether no sandboxed process is left, and
+// (EXIT) how many processes the reaper killed when the command ended.
 void hutch_wr_report(struct hutch_wr *w, uint32_t op, uint64_t id, int64_t status, int64_t code, int64_t eno,
-                     const char *what, uint32_t alone) {
+                     const char *what, uint32_t alone, uint32_t leftover) {
 	hutch_wr_head(w, op, id);
 	hutch_wr_i64(w, status);
 	hutch_wr_i64(w, code);
 	hutch_wr_i64(w, eno);
 	hutch_wr_str(w, what);
 	hutch_wr_u32(w, alone);
+	hutch_wr_u32(w, leftover);
 }
 
 // hutch_wr_ready writes READY: the timings (names and microseconds) and
@@ -268,7 +271,7 @@ void hutch_wr_started(struct hutch_wr *w, uint64_t id, int64_t pid) {
 }
 
 static void spawn_error(uint64_t id, int code, const char *what) {
-	hutch_wr_report(&in.out, HUTCH_OP_SPAWNERR, id, 0, code, 0, what, 0);
+	hutch_wr_report(&in.out, HUTCH_OP_SPAWNERR, id, 0, code, 0, what, 0, 0);
 	send_msg(&in.out, NULL, 0);
 }
 
@@ -858,7 +861,7 @@ static void do_start_spawner(uint64_t id, struct hutch_rd *r, int *fds, int nfds
 	close_fds(fds, nfds);
 	if (rc == 0)
 		get_ready();
-	hutch_wr_report(&in.out, HUTCH_OP_SPAWNER_REPLY, id, 0, rc == 0 ? 0 : 125, 0, rc == 0 ? "" : err, 0);
+	hutch_wr_report(&in.out, HUTCH_OP_SPAWNER_REPLY, id, 0, rc == 0 ? 0 : 125, 0, rc == 0 ? "" : err, 0, 0);
 	send_msg(&in.out, NULL, 0);
 }
 
@@ -957,9 +960,10 @@ static void read_status(struct proc *p) {
 	}
 }
 
-// end_record finds the reaper's end record ("\n=STATUS\n", execstage.c)
-// at the end of what the status pipe said, stores the wait status it gives
-// in *st and cuts it off; 0 when there is none (yet).
+// end_record finds the reaper's end record ("\n=STATUS LEFTOVER\n",
+// execstage.c) at the end of what the status pipe said, stores the wait
+// status it gives in *st and the leftover count in p->left, and cuts it
+// off; 0 when there is none (yet).
 static int end_record(struct proc *p, int *st) {
 	if (p->len < 4 || p->text[p->len - 1] != '\n')
 		return 0;
@@ -971,9 +975,14 @@ static int end_record(struct proc *p, int *st) {
 		return 0;
 	char *end;
 	long v = strtol(eq, &end, 10);
-	if (end != nl || v < 0 || v > 0xffff)
+	if (end == eq || *end != ' ' || v < 0 || v > 0xffff)
+		return 0;
+	char *lend;
+	unsigned long left = strtoul(end + 1, &lend, 10);
+	if (lend == end + 1 || lend != nl || left > 0xffffffffUL)
 		return 0;
 	*st = (int)v;
+	p->left = (uint32_t)left;
 	p->len = (size_t)(eq - 2 - p->text);
 	p->text[p->len] = 0;
 	return 1;
@@ -1001,7 +1010,7 @@ static void report_exit(const struct proc *p, int status) {
 	// command's exit report: a session then says "not alone", which only
 	// means that a session's close cannot assume nothing is left.
 	uint32_t alone = spawner_pid > 0 ? 0 : no_child_left();
-	hutch_wr_report(&in.out, HUTCH_OP_EXIT, p->id, status, code, eno, what, alone);
+	hutch_wr_report(&in.out, HUTCH_OP_EXIT, p->id, status, code, eno, what, alone, p->left);
 	send_msg(&in.out, NULL, 0);
 }
 
@@ -1084,17 +1093,17 @@ int hutch_read_socket(struct hutch_rd *r, int *family) {
 static void do_socket(uint64_t id, struct hutch_rd *r) {
 	int family;
 	if (hutch_read_socket(r, &family) < 0) {
-		hutch_wr_report(&in.out, HUTCH_OP_SOCKET_REPLY, id, 0, 125, EINVAL, "malformed socket request", 0);
+		hutch_wr_report(&in.out, HUTCH_OP_SOCKET_REPLY, id, 0, 125, EINVAL, "malformed socket request", 0, 0);
 		send_msg(&in.out, NULL, 0);
 		return;
 	}
 	int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0) { // the supervisor words the errno
-		hutch_wr_report(&in.out, HUTCH_OP_SOCKET_REPLY, id, 0, 125, errno, "make a socket in the sandbox's network namespace", 0);
+		hutch_wr_report(&in.out, HUTCH_OP_SOCKET_REPLY, id, 0, 125, errno, "make a socket in the sandbox's network namespace", 0, 0);
 		send_msg(&in.out, NULL, 0);
 		return;
 	}
-	hutch_wr_report(&in.out, HUTCH_OP_SOCKET_REPLY, id, 0, 0, 0, "", 0);
+	hutch_wr_report(&in.out, HUTCH_OP_SOCKET_REPLY, id, 0, 0, 0, "", 0, 0);
 	send_msg(&in.out, &fd, 1);
 	close(fd);
 }

@@ -134,10 +134,13 @@ type message struct {
 	Error string
 	// Alone (exit): when the init reported this exit it had no other
 	// child, so no sandboxed process was left.
-	Alone  bool
-	Setup  *Setup
-	Spawn  *Spawn
-	Timing []Stage
+	Alone bool
+	// Leftover (exit): the processes the command's reaper killed when the
+	// command ended, what it left behind.
+	Leftover int
+	Setup    *Setup
+	Spawn    *Spawn
+	Timing   []Stage
 	// Hint (ready): what became of the plan hint (hintNone, hintUsed,
 	// hintUnused).
 	Hint uint32
@@ -398,6 +401,7 @@ func decode(b []byte) (*message, error) {
 		m.Errno = int(d.i64())
 		m.Error = d.str()
 		m.Alone = d.u32() == 1
+		m.Leftover = int(d.u32())
 	default:
 		return nil, fmt.Errorf("decode control message: unknown op %d", m.Op)
 	}

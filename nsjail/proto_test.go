@@ -123,8 +123,8 @@ func appendMsg(op uint32, id uint64, fields ...any) []byte {
 }
 
 func TestDecodeInitMessages(t *testing.T) {
-	m, err := decode(appendMsg(opExit, 3, int64(9), int64(127), int64(2), "execute the command", uint32(1)))
-	if err != nil || m.Op != opExit || m.ID != 3 || m.Status != 9 || m.Code != 127 || m.Errno != 2 || m.Error != "execute the command" || !m.Alone {
+	m, err := decode(appendMsg(opExit, 3, int64(9), int64(127), int64(2), "execute the command", uint32(1), uint32(12)))
+	if err != nil || m.Op != opExit || m.ID != 3 || m.Status != 9 || m.Code != 127 || m.Errno != 2 || m.Error != "execute the command" || !m.Alone || m.Leftover != 12 {
 		t.Errorf("exit: %+v, %v", m, err)
 	}
 	m, err = decode(appendMsg(opReady, 0, uint32(2), "init.net", int64(150), "mounts.steps", int64(2400), uint32(hintUsed)))
@@ -137,11 +137,11 @@ func TestDecodeInitMessages(t *testing.T) {
 	}
 	// The spawner's reply has the spawn error's fields (init.c writes it
 	// with the same calls).
-	m, err = decode(appendMsg(opSpawnerReply, 0, int64(0), int64(125), int64(0), "create the commands' user namespace: x", uint32(0)))
+	m, err = decode(appendMsg(opSpawnerReply, 0, int64(0), int64(125), int64(0), "create the commands' user namespace: x", uint32(0), uint32(0)))
 	if err != nil || m.Op != opSpawnerReply || m.Code != 125 || m.Error != "create the commands' user namespace: x" {
 		t.Errorf("spawner reply: %+v, %v", m, err)
 	}
-	m, err = decode(appendMsg(opSpawnErr, 7, int64(0), int64(codeNoSpawner), int64(0), "the session's spawner is gone", uint32(0)))
+	m, err = decode(appendMsg(opSpawnErr, 7, int64(0), int64(codeNoSpawner), int64(0), "the session's spawner is gone", uint32(0), uint32(0)))
 	if err != nil || m.Code != codeNoSpawner {
 		t.Errorf("no spawner: %+v, %v", m, err)
 	}

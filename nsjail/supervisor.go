@@ -150,6 +150,9 @@ type ExitInfo struct {
 	ExecError string
 	// Err is set when the sandbox died before the command ended.
 	Err error
+	// Leftover is how many processes the command left behind, which its
+	// reaper killed when it ended.
+	Leftover int
 }
 
 // Code is the exit code hutch reports: the command's own, 128+N when it was
@@ -568,7 +571,7 @@ func (s *Sandbox) dispatch() {
 			s.mu.Lock()
 			s.alone = m.Alone
 			s.mu.Unlock()
-			p.exit = ExitInfo{Status: unix.WaitStatus(m.Status), ExecCode: m.Code}
+			p.exit = ExitInfo{Status: unix.WaitStatus(m.Status), ExecCode: m.Code, Leftover: m.Leftover}
 			if m.Code != 0 {
 				p.exit.ExecError = fmt.Sprintf("%s: %s", m.Error, syscall.Errno(m.Errno).Error())
 			}

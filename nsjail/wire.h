@@ -112,7 +112,7 @@ static inline void hutch_wr_fail(struct hutch_wr *w, int64_t err, uint32_t step,
 // EXIT, SPAWNER_REPLY and SOCKET_REPLY share, STARTED, READY; the setup, a
 // spawn request and a socket request.
 void hutch_wr_report(struct hutch_wr *w, uint32_t op, uint64_t id, int64_t status, int64_t code, int64_t eno,
-                     const char *what, uint32_t alone);
+                     const char *what, uint32_t alone, uint32_t leftover);
 void hutch_wr_started(struct hutch_wr *w, uint64_t id, int64_t pid);
 void hutch_wr_ready(struct hutch_wr *w, int nmarks, const char *const *names, const long *usecs, uint32_t hint_state);
 int hutch_read_payload(const unsigned char *b, size_t n, const char **cwd, char ***argv, char ***envp);

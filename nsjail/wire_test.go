@@ -119,7 +119,7 @@ func TestMessagesCToGo(t *testing.T) {
 	}
 	for _, op := range []uint32{opSpawnErr, opExit, opSpawnerReply, opSocketReply} {
 		m, err = decode(cSample(op))
-		if err != nil || m.Op != op || m.ID != 9 || m.Status != 0x0900 || m.Code != 127 || m.Errno != 2 || m.Error != "execute the command" || !m.Alone {
+		if err != nil || m.Op != op || m.ID != 9 || m.Status != 0x0900 || m.Code != 127 || m.Errno != 2 || m.Error != "execute the command" || !m.Alone || m.Leftover != 33 {
 			t.Errorf("op %d: %+v, %v", op, m, err)
 		}
 	}

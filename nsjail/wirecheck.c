@@ -123,7 +123,7 @@ size_t hutch_wirecheck_sample(uint32_t op, unsigned char *buf, size_t len) {
 	case HUTCH_OP_EXIT:
 	case HUTCH_OP_SPAWNER_REPLY:
 	case HUTCH_OP_SOCKET_REPLY:
-		hutch_wr_report(&w, op, 9, 0x0900, 127, 2, "execute the command", 1);
+		hutch_wr_report(&w, op, 9, 0x0900, 127, 2, "execute the command", 1, 33);
 		break;
 	default:
 		return 0;

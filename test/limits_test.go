@@ -466,6 +466,12 @@ func TestProcessLimitReported(t *testing.T) {
 	if !strings.Contains(r.stderr, "hutch: process limit 64 reached") {
 		t.Errorf("fork bomb: exit %d\nstderr %s", r.code, r.stderr)
 	}
+	// A fork bomb that is over before the watchdog's first look (50 ms):
+	// the tree its reaper kills at the end is at the limit.
+	r = hutch(t, opts{dir: ws}, "run", "--pids", "64", "--", "sh", "-c", `i=0; while [ $i -lt 80 ]; do sleep 30 & i=$((i+1)); done 2>/dev/null; exit 0`)
+	if !strings.Contains(r.stderr, "hutch: process limit 64 reached") {
+		t.Errorf("a quick fork bomb: exit %d\nstderr %s", r.code, r.stderr)
+	}
 	// Below the limit, nothing is said.
 	r = hutch(t, opts{dir: ws}, "run", "--pids", "64", "--", "bash", "-c", `for i in $(seq 50); do sleep 0.3 & done; wait`)
 	if r.code != 0 || strings.Contains(r.stderr, "process limit") {

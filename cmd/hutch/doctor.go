@@ -166,7 +166,7 @@ func diagnose(ctx context.Context) *doctorReport {
 	r.Areas["FILESYSTEM"] = fs
 	switch b := r.Cgroup.Backend; b {
 	case cgroup.BackendRlimit, "":
-		r.Areas["RESOURCES"] = fmt.Sprintf("partly: no usable cgroup, so hutch watches memory: every %s it sums the sandbox's memory and kills the largest process above the limit (an allocation faster than that runs ahead of it by what it allocates in %s); processes are capped exactly by RLIMIT_NPROC per user namespace, which records no refused fork: a fork bomb is reported when a look finds the limit reached, so one that gives up within %s may not be; cpus are not limited; file size, open files, tmpfs sizes and the timeout are enforced. Fix: %s",
+		r.Areas["RESOURCES"] = fmt.Sprintf("partly: no usable cgroup, so hutch watches memory: every %s it sums the sandbox's memory and kills the largest process above the limit (an allocation faster than that runs ahead of it by what it allocates in %s); processes are capped exactly by RLIMIT_NPROC per user namespace, which records no refused fork: a fork bomb is reported when a look finds the limit reached or the command leaves a tree at the limit behind, so one that collapses on its own within %s may not be; cpus are not limited; file size, open files, tmpfs sizes and the timeout are enforced. Fix: %s",
 			policy.Duration(plan.WatchInterval), policy.Duration(plan.WatchInterval), policy.Duration(plan.WatchInterval), r.Cgroup.Reason)
 	default:
 		where := strings.Join(r.Cgroup.Where, ", ")
