@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hutchsandbox/hutch/containerenv"
 )
 
 // HostProblem is a reason this host cannot make a sandbox, with the fix.
@@ -58,8 +61,12 @@ func diagnoseClone(err error) error {
 	if p := foreignProc(); p != "" {
 		return fmt.Errorf("%s: %w", p, err)
 	}
-	if p := CheckUserNamespaces(); p != nil {
-		return fmt.Errorf("%s: %w", p.Error(), err)
+	// The sysctls, security modules and container runtimes that refuse
+	// user namespaces, each with its fix (package containerenv).
+	var errno unix.Errno
+	errors.As(err, &errno)
+	if msg := containerenv.Message(containerenv.Diagnose(containerenv.Probe(), containerenv.CreateNamespaces, errno)); msg != "" {
+		return fmt.Errorf("%s: %w", msg, err)
 	}
 	switch {
 	case errors.Is(err, unix.ENOSPC):
@@ -116,5 +123,14 @@ func diagnoseInitFailure(m *message) string {
 	if m.Step == failNamespaces && m.Errno == int(unix.ENOSPC) {
 		return m.Error + ": " + namespaceLimitAdvice()
 	}
+	if procMountRefused.MatchString(m.Error) {
+		if msg := containerenv.Message(containerenv.Diagnose(containerenv.Probe(), containerenv.MountProc, unix.EPERM)); msg != "" {
+			return m.Error + ": " + msg
+		}
+	}
 	return m.Error
 }
+
+// procMountRefused matches the init's report of a refused procfs mount
+// (the mount plan's proc step, nsjail/mounts.c: "proc TARGET (WHY): ERROR").
+var procMountRefused = regexp.MustCompile(`(^|: )proc /\S* \(.*\): operation not permitted$`)

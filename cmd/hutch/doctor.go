@@ -35,6 +35,7 @@ type doctorReport struct {
 	Overlayfs      string            `json:"overlayfs"`
 	TIOCSTI        string            `json:"tiocsti"`
 	MCPServer      string            `json:"mcp_server"`
+	Container      *containerReport  `json:"container,omitempty"`
 	Areas          map[string]string `json:"areas"`
 	CanSandbox     bool              `json:"can_sandbox"`
 }
@@ -43,8 +44,12 @@ func doctorCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "doctor",
 		Usage: "say what a sandbox gets on this host for this user, and what is not enforced; exit 1 when no sandbox can be made",
-		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"}},
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
+			&cli.BoolFlag{Name: containerSeccompFlag, Usage: "print the seccomp profile a container needs for hutch (Docker's default plus what hutch needs) as JSON, and how to use it on stderr"}},
 		Action: func(c *cli.Context) error {
+			if c.Bool(containerSeccompFlag) {
+				return printContainerSeccomp(c.App.Writer, c.App.ErrWriter)
+			}
 			r := diagnose(c.Context)
 			if c.Bool("json") {
 				b, _ := json.MarshalIndent(r, "", "  ")
@@ -75,7 +80,7 @@ func diagnose(ctx context.Context) *doctorReport {
 	if p := nsjail.CheckUserNamespaces(); p != nil {
 		r.UserNS = "unavailable: " + p.Error()
 	} else {
-		r.UserNS = "available (user.max_user_namespaces = " + readTrim("/proc/sys/user/max_user_namespaces") + ")"
+		r.UserNS = "allowed by the sysctls (user.max_user_namespaces = " + readTrim("/proc/sys/user/max_user_namespaces") + "); the sandbox line says whether one can be made"
 	}
 	r.AppArmorUserNS = readTrim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
 
@@ -149,6 +154,7 @@ func diagnose(ctx context.Context) *doctorReport {
 		r.TIOCSTI = "no sysctl (older kernel); the seccomp profile denies it"
 	}
 	r.MCPServer = mcpServerStatus()
+	r.Container = diagnoseContainer(r.CanSandbox)
 
 	// Per policy area.
 	if !r.CanSandbox {
@@ -213,6 +219,7 @@ func printDoctor(r *doctorReport) {
 	row("overlayfs", r.Overlayfs)
 	row("TIOCSTI", r.TIOCSTI)
 	row("hutch mcp", r.MCPServer)
+	printContainer(row, r.Container)
 	fmt.Println("\nwhat a sandbox gets here:")
 	for _, a := range []string{"FILESYSTEM", "RESOURCES", "NETWORK", "LIFECYCLE"} {
 		row(a, r.Areas[a])
