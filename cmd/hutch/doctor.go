@@ -159,7 +159,7 @@ func diagnose(ctx context.Context) *doctorReport {
 	// Per policy area.
 	if !r.CanSandbox {
 		for _, a := range []string{"FILESYSTEM", "RESOURCES", "NETWORK", "LIFECYCLE"} {
-			r.Areas[a] = "not enforced: no sandbox can be made here (" + r.Sandbox + ")"
+			r.Areas[a] = "not enforced: no sandbox can be made here (the sandbox line says why)"
 		}
 		return r
 	}
