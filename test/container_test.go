@@ -78,9 +78,9 @@ var (
 		"CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE"}
 )
 
-// newBundle writes a bundle whose root has the host's /usr (read-only,
-// the tooling hutch's sandboxes get), the hutch binary at /hutch, a
-// workspace /work and a home owned by the container's uid 1000. runc's
+// newBundle writes a bundle whose read-only root has the host's /usr
+// (the tooling hutch's sandboxes get), the hutch binary at /hutch, and a
+// workspace /work and a home, volumes owned by the container's uid 1000. runc's
 // state lives in a directory of the test's own; t.Cleanup deletes the
 // container (runc delete --force: its processes, cgroups and mounts) and
 // the bundle, even when the test fails.
@@ -132,17 +132,22 @@ func newBundle(t *testing.T, runc string, shape containerShape, args ...string) 
 	filepath.Walk(rootfs, func(p string, _ os.FileInfo, _ error) error {
 		return os.Lchown(p, owner(0), owner(0))
 	})
-	for _, d := range []string{"work", "home/u"} {
-		os.Chown(filepath.Join(rootfs, d), owner(containerUID), owner(containerUID))
+	// The workspace and home are volumes (as a pod's emptyDirs), so that
+	// the root can be read-only (readOnlyRootFilesystem).
+	for _, d := range []string{"work-vol", "home-vol"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chown(filepath.Join(dir, d), owner(containerUID), owner(containerUID))
 	}
-	probeIn(t, filepath.Join(rootfs, "work"))
-	os.Chown(filepath.Join(rootfs, "work", "probe"), owner(containerUID), owner(containerUID))
+	probeIn(t, filepath.Join(dir, "work-vol"))
+	os.Chown(filepath.Join(dir, "work-vol", "probe"), owner(containerUID), owner(containerUID))
 
 	ro := []string{"rbind", "ro", "nosuid", "nodev"}
 	s := &specs.Spec{
 		Version:  specs.Version,
 		Hostname: "container",
-		Root:     &specs.Root{Path: "rootfs"},
+		Root:     &specs.Root{Path: "rootfs", Readonly: true},
 		Process: &specs.Process{
 			User: specs.User{UID: containerUID, GID: containerUID},
 			Args: args,
@@ -163,6 +168,8 @@ func newBundle(t *testing.T, runc string, shape containerShape, args ...string) 
 			{Destination: "/usr", Type: "bind", Source: "/usr", Options: ro},
 			{Destination: "/hutch", Type: "bind", Source: hutchBin, Options: ro},
 			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
+			{Destination: "/work", Type: "bind", Source: filepath.Join(dir, "work-vol"), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+			{Destination: "/home/u", Type: "bind", Source: filepath.Join(dir, "home-vol"), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 		},
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
