@@ -63,7 +63,7 @@ func Diagnose(f Facts, what Failure, errno unix.Errno) []Finding {
 		if f.MaxUserNamespaces == "0" {
 			fix := "sudo sysctl -w user.max_user_namespaces=15000 (and put user.max_user_namespaces = 15000 in /etc/sysctl.d/)"
 			if inContainer {
-				fix = "the limit belongs to the host (or the node): set user.max_user_namespaces to a positive value there, e.g. " + fix
+				fix = "the limit is per user namespace: raise it in the one that has it at 0 (the host's or node's, unless the container has a user namespace of its own), e.g. " + fix
 			}
 			out = append(out, Finding{Cause: "user namespaces are disabled (user.max_user_namespaces = 0)", Fix: fix})
 		}
