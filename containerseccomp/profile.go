@@ -108,7 +108,7 @@ type Addition struct {
 // filter refuses all of them to the sandboxed command.
 var HutchAdditions = []Addition{
 	{[]string{"clone"}, "with namespace flags: the supervisor starts the sandbox's init in new user, mount, pid, net, ipc, uts and cgroup namespaces (Docker allows clone only without them)"},
-	{[]string{"clone3"}, "the Go runtime and the init start processes with clone3 (CLONE_INTO_CGROUP, pidfds); Docker answers ENOSYS"},
+	{[]string{"clone3"}, "a sandbox placed in a delegated cgroup v2 is cloned straight into it (CLONE_INTO_CGROUP), which only clone3 does; elsewhere Docker's ENOSYS would do (hutch falls back to clone). clone3's flags are out of seccomp's reach, but clone is allowed every flag here anyway"},
 	{[]string{"unshare", "setns"}, "the init and the exec stage make the nested user namespace of the sandboxed uid, and join the sandbox's namespaces"},
 	{[]string{"mount", "umount2", "pivot_root", "mount_setattr"}, "the init builds the sandbox's root filesystem: binds, tmpfs, procfs, devpts, read-only attributes, pivot_root to it and detach the old root"},
 	{[]string{"sethostname"}, "the sandbox's hostname in its uts namespace"},

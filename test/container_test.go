@@ -260,7 +260,8 @@ except OSError as e:
 // no_new_privs, and the sandbox gets its own uid, no capabilities, its
 // seccomp filter on top of the container's, a read-only tooling tree, its
 // own pid namespace's /proc, no network, and refuses the calls hutch's
-// hardening refuses (the probe of TestSeccompDenialsReportedAndLogged).
+// hardening refuses (the probe of TestSeccompDenialsReportedAndLogged);
+// a session starts, runs commands and stops.
 func TestNestedContainerFullJail(t *testing.T) {
 	runc := needRunc(t)
 	gen := exec.Command(hutchBin, "doctor", "--container-seccomp")
@@ -283,7 +284,11 @@ func TestNestedContainerFullJail(t *testing.T) {
 		probeArgs += " " + c
 	}
 	script := "set -u; /hutch run --no-discover -- /bin/sh -c " + shellQuote(hardeningScript) +
-		"; echo hutch-exit=$?; /hutch run --no-discover -- ./probe" + probeArgs + "; echo probe-exit=$?"
+		"; echo hutch-exit=$?; /hutch run --no-discover -- ./probe" + probeArgs + "; echo probe-exit=$?" +
+		// A session: its commands enter the sandbox's namespaces (setns).
+		"; /hutch session start --no-discover --name nested >/dev/null; echo session-start=$?" +
+		"; echo session-uid=$(/hutch exec nested -- id -u); /hutch exec nested -- sh -c 'exit 7'; echo session-exec=$?" +
+		"; /hutch session stop nested; echo session-stop=$?"
 	b := newBundle(t, runc, containerShape{userns: true, seccomp: &prof}, "/bin/sh", "-c", script)
 	code, out, errOut := b.run(t)
 	t.Logf("container exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
@@ -300,6 +305,7 @@ func TestNestedContainerFullJail(t *testing.T) {
 	}
 	want := map[string]string{
 		"hutch-exit": "0", "probe-exit": "0",
+		"session-start": "0", "session-uid": "1000", "session-exec": "7", "session-stop": "0",
 		"uid": "1000", "CapEff": "0000000000000000", "CapBnd": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2",
 		"tooling": "readonly", "workspace": "writable",
 	}
