@@ -64,6 +64,10 @@ type containerShape struct {
 	userns  bool                // a user namespace of its own (Kubernetes' hostUsers: false)
 	masked  bool                // Docker's masked and read-only /proc paths
 	seccomp *specs.LinuxSeccomp // the container's seccomp profile
+	// markers are files the engine would leave in the root (/.dockerenv),
+	// env the variables it would set (KUBERNETES_SERVICE_HOST).
+	markers []string
+	env     []string
 }
 
 // dockerMaskedPaths and dockerReadonlyPaths are the paths moby's default
@@ -122,6 +126,9 @@ func newBundle(t *testing.T, runc string, shape containerShape, args ...string) 
 		"etc/hostname": "container\n",
 		"hutch":        "",
 	}
+	for _, m := range shape.markers {
+		files[strings.TrimPrefix(m, "/")] = ""
+	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(rootfs, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
@@ -151,8 +158,8 @@ func newBundle(t *testing.T, runc string, shape containerShape, args ...string) 
 		Process: &specs.Process{
 			User: specs.User{UID: containerUID, GID: containerUID},
 			Args: args,
-			Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=/home/u", "LANG=C.UTF-8",
-				"XDG_STATE_HOME=/home/u/.local/state", "XDG_CACHE_HOME=/home/u/.cache"},
+			Env: append([]string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=/home/u", "LANG=C.UTF-8",
+				"XDG_STATE_HOME=/home/u/.local/state", "XDG_CACHE_HOME=/home/u/.cache"}, shape.env...),
 			Cwd: "/work",
 			// As Kubernetes' allowPrivilegeEscalation: false does.
 			NoNewPrivileges: true,
@@ -343,32 +350,44 @@ func TestNestedContainerDockerDefaults(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
-	script := "/hutch run --no-discover -- true; echo hutch-exit=$?; /hutch doctor; echo doctor-exit=$?"
-	b := newBundle(t, runc, containerShape{masked: true, seccomp: prof}, "/bin/sh", "-c", script)
-	code, out, errOut := b.run(t)
-	t.Logf("container exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
-	if !strings.Contains(out, "hutch-exit=125") {
-		t.Errorf("hutch run in Docker's default container: want exit 125")
-	}
-	if !strings.Contains(out, "doctor-exit=1") {
-		t.Errorf("hutch doctor in Docker's default container: want exit 1 (no sandbox can be made)")
-	}
-	for _, s := range []string{
-		"a seccomp filter refuses namespace creation",
-		"hutch doctor --container-seccomp",
-		"--security-opt seccomp=",
-		"localhostProfile",
-		"/proc is partly covered",
-		"systempaths=unconfined",
-		"procMount: Unmasked",
-		"docs/DEPLOY.md",
+	common := []string{"a seccomp filter refuses namespace creation", "/proc is partly covered", "docs/DEPLOY.md"}
+	for _, tc := range []struct {
+		name    string
+		markers []string
+		env     []string
+		want    []string // in hutch run's message and doctor's report
+	}{
+		// runc alone leaves no marker: both the Docker and the Kubernetes fixes.
+		{"runc", nil, nil, []string{"an OCI container", "hutch doctor --container-seccomp", "--security-opt seccomp=",
+			"localhostProfile", "systempaths=unconfined", "procMount: Unmasked"}},
+		// What Docker, Podman and the kubelet leave: that runtime's fix.
+		{"docker", []string{"/.dockerenv"}, nil, []string{"a Docker container (/.dockerenv exists)",
+			"docker run --security-opt seccomp=hutch-seccomp.json", "--security-opt systempaths=unconfined"}},
+		{"podman", []string{"/run/.containerenv"}, nil, []string{"a Podman container (/run/.containerenv exists)",
+			"podman run --security-opt seccomp=hutch-seccomp.json", "unmask=ALL"}},
+		{"kubernetes", nil, []string{"KUBERNETES_SERVICE_HOST=10.96.0.1"}, []string{"a Kubernetes pod (KUBERNETES_SERVICE_HOST is set)",
+			"hostUsers: false", "localhostProfile: hutch.json", "procMount: Unmasked"}},
 	} {
-		if !strings.Contains(errOut, s) {
-			t.Errorf("hutch run's message lacks %q", s)
-		}
-		if !strings.Contains(out, s) {
-			t.Errorf("hutch doctor's report lacks %q", s)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			script := "/hutch run --no-discover -- true; echo hutch-exit=$?; /hutch doctor; echo doctor-exit=$?"
+			b := newBundle(t, runc, containerShape{masked: true, seccomp: prof, markers: tc.markers, env: tc.env}, "/bin/sh", "-c", script)
+			code, out, errOut := b.run(t)
+			t.Logf("container exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+			if !strings.Contains(out, "hutch-exit=125") {
+				t.Errorf("hutch run in Docker's default container: want exit 125")
+			}
+			if !strings.Contains(out, "doctor-exit=1") {
+				t.Errorf("hutch doctor in Docker's default container: want exit 1 (no sandbox can be made)")
+			}
+			for _, s := range append(common, tc.want...) {
+				if !strings.Contains(errOut, s) {
+					t.Errorf("hutch run's message lacks %q", s)
+				}
+				if !strings.Contains(out, s) {
+					t.Errorf("hutch doctor's report lacks %q", s)
+				}
+			}
+		})
 	}
 }
 
