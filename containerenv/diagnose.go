@@ -19,6 +19,10 @@ const (
 	// MountProc: mounting the procfs of the sandbox's pid namespace was
 	// refused.
 	MountProc
+	// SetupRefused: the namespaces were made, and a step of building the
+	// sandbox inside them (mapping ids, a mount, pivot_root, the hostname)
+	// was refused.
+	SetupRefused
 )
 
 // Docs is where the fixes are explained at length.
@@ -59,7 +63,9 @@ func Diagnose(f Facts, what Failure, errno unix.Errno) []Finding {
 	inContainer := f.Runtime != None
 	refused := errno == unix.EPERM || errno == unix.EACCES
 
-	if what != MountProc {
+	if what == SetupRefused {
+		out = append(out, setupFindings(f)...)
+	} else if what != MountProc {
 		if f.MaxUserNamespaces == "0" {
 			fix := "sudo sysctl -w user.max_user_namespaces=15000 (and put user.max_user_namespaces = 15000 in /etc/sysctl.d/)"
 			if inContainer {
@@ -73,12 +79,7 @@ func Diagnose(f Facts, what Failure, errno unix.Errno) []Finding {
 				Fix:   "sudo sysctl -w kernel.unprivileged_userns_clone=1 (on the host, also in /etc/sysctl.d/)",
 			})
 		}
-		if f.AppArmorRestrictUserns == "1" && !f.HasCapSysAdminInInitUser {
-			out = append(out, Finding{
-				Cause: "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1, as on Ubuntu 23.10 and later): a process without an AppArmor profile that allows \"userns\" gets a user namespace without capabilities in it",
-				Fix:   "install an AppArmor profile for hutch's path that grants userns (deploy/apparmor/hutch: sudo install -m 0644 deploy/apparmor/hutch /etc/apparmor.d/hutch && sudo apparmor_parser -r /etc/apparmor.d/hutch), or lift the restriction for the whole host: sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0",
-			})
-		}
+		out = append(out, appArmorUserns(f)...)
 		if f.SeccompMode == 2 && (f.UnshareErrno == unix.EPERM || f.SetnsErrno == unix.EPERM) {
 			out = append(out, Finding{
 				Cause: fmt.Sprintf("a seccomp filter refuses namespace creation (Seccomp: 2 in /proc/self/status, %d filter(s); even unshare(0), which the kernel always allows, returned EPERM): %s",
@@ -91,12 +92,7 @@ func Diagnose(f Facts, what Failure, errno unix.Errno) []Finding {
 				Fix:   seccompFix(f.Runtime),
 			})
 		}
-		if label := f.AppArmorLabel; containerAppArmor(label) {
-			out = append(out, Finding{
-				Cause: "this container is confined by the AppArmor profile " + label + ", which denies mount (and so every mount the sandbox's root filesystem needs)",
-				Fix:   appArmorFix(f.Runtime),
-			})
-		}
+		out = append(out, containerAppArmorFinding(f)...)
 	}
 	if len(f.ProcSubmounts) > 0 && (what != CreateNamespaces || inContainer || len(out) > 0) {
 		out = append(out, Finding{
@@ -115,6 +111,44 @@ func Diagnose(f Facts, what Failure, errno unix.Errno) []Finding {
 		out[0].Cause = where(f) + out[0].Cause
 	}
 	return out
+}
+
+// setupFindings explains a refused step inside the new namespaces: the
+// namespaces were made, so it is no sysctl; a security module or seccomp
+// filter refuses what the user namespace should have allowed.
+func setupFindings(f Facts) []Finding {
+	out := appArmorUserns(f)
+	out = append(out, containerAppArmorFinding(f)...)
+	if f.SeccompMode == 2 {
+		out = append(out, Finding{
+			Cause: fmt.Sprintf("a seccomp filter is installed (Seccomp: 2 in /proc/self/status, %d filter(s)) and may refuse what the sandbox's init needs (mount, umount2, pivot_root, mount_setattr, sethostname, setns)", f.SeccompFilters),
+			Fix:   seccompFix(f.Runtime),
+		})
+	}
+	return out
+}
+
+// appArmorUserns is Ubuntu's restriction of unprivileged user namespaces.
+func appArmorUserns(f Facts) []Finding {
+	if f.AppArmorRestrictUserns != "1" || f.HasCapSysAdminInInitUser {
+		return nil
+	}
+	return []Finding{{
+		Cause: "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1, as on Ubuntu 23.10 and later): a process without an AppArmor profile that allows \"userns\" gets a user namespace without capabilities in it",
+		Fix:   "install an AppArmor profile for hutch's path that grants userns (deploy/apparmor/hutch: sudo install -m 0644 deploy/apparmor/hutch /etc/apparmor.d/hutch && sudo apparmor_parser -r /etc/apparmor.d/hutch), or lift the restriction for the whole host: sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0",
+	}}
+}
+
+// containerAppArmorFinding is a container runtime's AppArmor profile,
+// which denies mount.
+func containerAppArmorFinding(f Facts) []Finding {
+	if !containerAppArmor(f.AppArmorLabel) {
+		return nil
+	}
+	return []Finding{{
+		Cause: "this container is confined by the AppArmor profile " + f.AppArmorLabel + ", which denies mount (and so every mount the sandbox's root filesystem needs)",
+		Fix:   appArmorFix(f.Runtime),
+	}}
 }
 
 // where says in which container hutch runs, as a sentence's start.

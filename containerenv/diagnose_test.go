@@ -70,6 +70,12 @@ func TestDiagnose(t *testing.T) {
 			want{[]string{"seccomp filter refuses", "AppArmor profile docker-default (enforce)"}, []string{"seccomp=", "apparmor=unconfined"}}},
 		{"a container with nothing visible in the way still says what to give it", with(host, func(f *Facts) { f.Runtime, f.Evidence = Kubernetes, "KUBERNETES_SERVICE_HOST is set" }), CreateNamespaces, unix.EPERM,
 			want{[]string{"neither a sysctl, a seccomp filter nor an AppArmor profile"}, []string{"hostUsers: false"}}},
+		{"Ubuntu: the namespaces are made, the init's mount refused", with(host, func(f *Facts) { f.AppArmorRestrictUserns = "1" }), SetupRefused, unix.EPERM,
+			want{[]string{"apparmor_restrict_unprivileged_userns = 1"}, []string{"apparmor_parser -r /etc/apparmor.d/hutch"}}},
+		{"a runtime's profile that lets the clone through and refuses mount", with(dockerDefault(), func(f *Facts) { f.UnshareErrno = 0; f.SetnsErrno = unix.EBADF }), SetupRefused, unix.EPERM,
+			want{[]string{"Docker container (/.dockerenv exists): a seccomp filter is installed", "/proc is partly covered"}, []string{"seccomp=hutch-seccomp.json", "systempaths=unconfined"}}},
+		{"a refused setup step on a plain host: no guess", host, SetupRefused, unix.EPERM, want{}},
+		{"a refused setup step names no sysctl", with(host, func(f *Facts) { f.MaxUserNamespaces = "0" }), SetupRefused, unix.EPERM, want{}},
 		{"a masked /proc on a host that is no container is no cause of a clone failure", with(host, func(f *Facts) { f.ProcSubmounts = []string{"/proc/kcore"} }), CreateNamespaces, unix.EPERM, want{}},
 	}
 	for _, tc := range tests {

@@ -118,15 +118,22 @@ func namespaceLimitAdvice() string {
 // diagnoseInitFailure is the message of a failure the init reported, with
 // advice where it has some: an ENOSPC from creating namespaces (a
 // prestarted init makes five of them itself, after the clone) is a
-// namespace limit.
+// namespace limit; a refused procfs, or any step refused with EPERM, gets
+// what package containerenv finds (a covered /proc, AppArmor, a seccomp
+// filter).
 func diagnoseInitFailure(m *message) string {
 	if m.Step == failNamespaces && m.Errno == int(unix.ENOSPC) {
 		return m.Error + ": " + namespaceLimitAdvice()
 	}
-	if procMountRefused.MatchString(m.Error) {
-		if msg := containerenv.Message(containerenv.Diagnose(containerenv.Probe(), containerenv.MountProc, unix.EPERM)); msg != "" {
-			return m.Error + ": " + msg
-		}
+	what := containerenv.SetupRefused
+	switch {
+	case procMountRefused.MatchString(m.Error):
+		what = containerenv.MountProc
+	case !strings.HasSuffix(m.Error, ": "+unix.EPERM.Error()):
+		return m.Error
+	}
+	if msg := containerenv.Message(containerenv.Diagnose(containerenv.Probe(), what, unix.EPERM)); msg != "" {
+		return m.Error + ": " + msg
 	}
 	return m.Error
 }

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -418,3 +419,28 @@ func TestNestedContainerMaskedProc(t *testing.T) {
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// TestNestedContainerProfileWithoutMount: a container profile that lets
+// hutch make its namespaces but refuses mount (a hand-made profile that
+// added only clone and unshare): the init's first mount is refused, and
+// the message names the container's seccomp filter and the profile to use.
+func TestNestedContainerProfileWithoutMount(t *testing.T) {
+	runc := needRunc(t)
+	prof, err := containerseccomp.Hutch(runtime.GOARCH)
+	if err != nil {
+		t.Skip(err)
+	}
+	last := &prof.Syscalls[len(prof.Syscalls)-1]
+	last.Names = slices.DeleteFunc(last.Names, func(n string) bool { return n == "mount" })
+	b := newBundle(t, runc, containerShape{userns: true, seccomp: prof}, "/bin/sh", "-c", "/hutch run --no-discover -- true; echo hutch-exit=$?")
+	code, out, errOut := b.run(t)
+	t.Logf("container exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	if !strings.Contains(out, "hutch-exit=125") {
+		t.Errorf("hutch run with mount refused: want exit 125")
+	}
+	for _, s := range []string{"operation not permitted", "a seccomp filter is installed", "may refuse what the sandbox's init needs (mount", "hutch doctor --container-seccomp", "docs/DEPLOY.md"} {
+		if !strings.Contains(errOut, s) {
+			t.Errorf("hutch run's message lacks %q", s)
+		}
+	}
+}
