@@ -186,4 +186,10 @@ const Usage = `# hutch's container seccomp profile: Docker's default plus what h
 #   securityContext: {seccompProfile: {type: Localhost, localhostProfile: hutch.json}, procMount: Unmasked}
 # (deploy/kubernetes/hutch.yaml, docs/DEPLOY.md). The masked /proc paths must go too:
 # the kernel refuses the sandbox's procfs while /proc is partly covered.
+# AppArmor hosts and nodes: the runtimes' default AppArmor profiles deny mount
+#   (docker run --security-opt apparmor=unconfined, or a profile of your own; Kubernetes:
+#   appArmorProfile {type: Localhost} with a profile that allows mount).
+# Ubuntu 23.10+ outside a container (kernel.apparmor_restrict_unprivileged_userns = 1):
+#   sudo install -m 0644 deploy/apparmor/hutch /etc/apparmor.d/hutch && sudo apparmor_parser -r /etc/apparmor.d/hutch
+#   or: sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0
 `

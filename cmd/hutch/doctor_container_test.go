@@ -30,7 +30,7 @@ func TestPrintContainerSeccomp(t *testing.T) {
 	if err := printContainerSeccomp(&out, &errb); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"--security-opt seccomp=hutch-seccomp.json", "systempaths=unconfined", "localhostProfile: hutch.json", "hostUsers: false", "procMount: Unmasked"} {
+	for _, s := range []string{"--security-opt seccomp=hutch-seccomp.json", "systempaths=unconfined", "localhostProfile: hutch.json", "hostUsers: false", "procMount: Unmasked", "apparmor=unconfined", "deploy/apparmor/hutch", "apparmor_restrict_unprivileged_userns=0"} {
 		if !bytes.Contains(errb.Bytes(), []byte(s)) {
 			t.Errorf("the usage on stderr lacks %q", s)
 		}
