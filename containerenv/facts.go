@@ -58,13 +58,15 @@ type Facts struct {
 	UnshareErrno unix.Errno
 	SetnsErrno   unix.Errno
 	// The sysctls, "" when the file is absent.
-	MaxUserNamespaces        string // user.max_user_namespaces
-	UnprivilegedUsernsClone  string // kernel.unprivileged_userns_clone (Debian's older kernels)
-	AppArmorRestrictUserns   string // kernel.apparmor_restrict_unprivileged_userns (Ubuntu 23.10+)
-	AppArmorLabel            string // this process's AppArmor confinement ("unconfined", "docker-default (enforce)")
-	ProcSubmounts            []string
-	ProcSelfIsThisNamespace  bool // /proc/self names this process (not a foreign pid namespace's procfs)
-	HasCapSysAdminInInitUser bool // CAP_SYS_ADMIN in the effective set and in the initial user namespace
+	MaxUserNamespaces       string // user.max_user_namespaces
+	UnprivilegedUsernsClone string // kernel.unprivileged_userns_clone (Debian's older kernels)
+	AppArmorRestrictUserns  string // kernel.apparmor_restrict_unprivileged_userns (Ubuntu 23.10+)
+	AppArmorLabel           string // this process's AppArmor confinement ("unconfined", "docker-default (enforce)")
+	// ProcSubmounts are the mounts below /proc (ProcSubmounts).
+	ProcSubmounts []string
+	// HasCapSysAdminInInitUser: CAP_SYS_ADMIN in the effective set, in
+	// the initial user namespace (AppArmor's restriction spares it).
+	HasCapSysAdminInInitUser bool
 }
 
 // Probe collects the Facts of this process. It reads /proc and a few
@@ -88,9 +90,6 @@ func Probe() Facts {
 	}
 	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		f.ProcSubmounts = ProcSubmounts(b)
-	}
-	if self, err := os.Readlink("/proc/self"); err == nil && self == strconv.Itoa(os.Getpid()) {
-		f.ProcSelfIsThisNamespace = true
 	}
 	if f.Runtime == None && len(maskedOCIPaths(f.ProcSubmounts)) > 0 {
 		f.Runtime, f.Evidence = OCI, "/proc has the paths an OCI runtime masks mounted over ("+strings.Join(maskedOCIPaths(f.ProcSubmounts), ", ")+")"
