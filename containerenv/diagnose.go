@@ -63,8 +63,15 @@ func Diagnose(f Facts, what Failure, errno unix.Errno) []Finding {
 	inContainer := f.Runtime != None
 	refused := errno == unix.EPERM || errno == unix.EACCES
 
+	rootNoSetfcap := f.UID == 0 && f.CapEff&(1<<unix.CAP_SETFCAP) == 0 && what != MountProc && what != NoFailure
+	if rootNoSetfcap {
+		out = append(out, Finding{
+			Cause: "hutch runs as root without CAP_SETFCAP: as root it maps uid 0 into the sandbox's user namespace, which the kernel (Linux 5.12 and later) allows only to a process with CAP_SETFCAP, so writing the id map is refused",
+			Fix:   rootFix(f.Runtime),
+		})
+	}
 	if what == SetupRefused {
-		out = append(out, setupFindings(f)...)
+		out = append(out, setupFindings(f, rootNoSetfcap)...)
 	} else if what != MountProc {
 		if f.MaxUserNamespaces == "0" {
 			fix := "sudo sysctl -w user.max_user_namespaces=15000 (and put user.max_user_namespaces = 15000 in /etc/sysctl.d/)"
@@ -86,7 +93,7 @@ func Diagnose(f Facts, what Failure, errno unix.Errno) []Finding {
 					f.SeccompFilters, "the default profiles of Docker, Podman and containerd (Kubernetes' RuntimeDefault) refuse clone and unshare with namespace flags, setns, mount, umount2 and pivot_root to a container without CAP_SYS_ADMIN"),
 				Fix: seccompFix(f.Runtime),
 			})
-		} else if what == CreateNamespaces && refused && f.SeccompMode == 2 && len(out) == 0 {
+		} else if what == CreateNamespaces && refused && f.SeccompMode == 2 && len(out) == 0 && !rootNoSetfcap {
 			out = append(out, Finding{
 				Cause: fmt.Sprintf("a seccomp filter is installed (Seccomp: 2 in /proc/self/status, %d filter(s)) and may refuse clone with namespace flags", f.SeccompFilters),
 				Fix:   seccompFix(f.Runtime),
@@ -115,11 +122,12 @@ func Diagnose(f Facts, what Failure, errno unix.Errno) []Finding {
 
 // setupFindings explains a refused step inside the new namespaces: the
 // namespaces were made, so it is no sysctl; a security module or seccomp
-// filter refuses what the user namespace should have allowed.
-func setupFindings(f Facts) []Finding {
+// filter refuses what the user namespace should have allowed. explained:
+// another finding already accounts for the refusal (no seccomp guess).
+func setupFindings(f Facts, explained bool) []Finding {
 	out := appArmorUserns(f)
 	out = append(out, containerAppArmorFinding(f)...)
-	if f.SeccompMode == 2 {
+	if f.SeccompMode == 2 && !explained {
 		out = append(out, Finding{
 			Cause: fmt.Sprintf("a seccomp filter is installed (Seccomp: 2 in /proc/self/status, %d filter(s)) and may refuse what the sandbox's init needs (mount, umount2, pivot_root, mount_setattr, sethostname, setns)", f.SeccompFilters),
 			Fix:   seccompFix(f.Runtime),
@@ -200,6 +208,24 @@ func seccompFix(r Runtime) string {
 		return "systemd-nspawn --system-call-filter='@mount unshare setns pivot_root sethostname' ..."
 	}
 	return profileCmd + ", then give the container that profile: docker/podman/nerdctl run --security-opt seccomp=hutch-seccomp.json, or in Kubernetes " + kubeContext
+}
+
+// cli is the command line tool of runtime r.
+func cli(r Runtime) string {
+	if r == Containerd {
+		return "nerdctl"
+	}
+	return string(r)
+}
+
+func rootFix(r Runtime) string {
+	switch r {
+	case Kubernetes:
+		return "run hutch as a non-root user (securityContext: runAsUser: 1000, runAsNonRoot: true), or keep the capability (capabilities: add: [SETFCAP])"
+	case Docker, Podman, Containerd:
+		return "run hutch as a non-root user (" + cli(r) + " run --user 1000, or USER 1000 in the image), or keep the capability (--cap-add SETFCAP)"
+	}
+	return "run hutch as a non-root user, or give it CAP_SETFCAP"
 }
 
 func procFix(r Runtime) string {

@@ -40,7 +40,7 @@ func TestDiagnose(t *testing.T) {
 			want{[]string{"user.max_user_namespaces = 0"}, []string{"sysctl -w user.max_user_namespaces="}}},
 		{"Debian's unprivileged_userns_clone = 0", with(host, func(f *Facts) { f.UnprivilegedUsernsClone = "0" }), CreateNamespaces, unix.EPERM,
 			want{[]string{"kernel.unprivileged_userns_clone = 0"}, []string{"kernel.unprivileged_userns_clone=1"}}},
-		{"unprivileged_userns_clone = 0 does not bind root", with(host, func(f *Facts) { f.UnprivilegedUsernsClone = "0"; f.UID = 0 }), CreateNamespaces, unix.EPERM, want{}},
+		{"unprivileged_userns_clone = 0 does not bind root", with(host, func(f *Facts) { f.UnprivilegedUsernsClone = "0"; f.UID = 0; f.CapEff = 0x1ffffffffff }), CreateNamespaces, unix.EPERM, want{}},
 		{"Ubuntu's AppArmor restriction", with(host, func(f *Facts) { f.AppArmorRestrictUserns = "1" }), CreateNamespaces, unix.EPERM,
 			want{[]string{"apparmor_restrict_unprivileged_userns = 1"}, []string{"deploy/apparmor/hutch"}}},
 		{"AppArmor restriction, but CAP_SYS_ADMIN in the initial namespace", with(host, func(f *Facts) { f.AppArmorRestrictUserns = "1"; f.HasCapSysAdminInInitUser = true }), CreateNamespaces, unix.EPERM, want{}},
@@ -75,6 +75,14 @@ func TestDiagnose(t *testing.T) {
 		{"a runtime's profile that lets the clone through and refuses mount", with(dockerDefault(), func(f *Facts) { f.UnshareErrno = 0; f.SetnsErrno = unix.EBADF }), SetupRefused, unix.EPERM,
 			want{[]string{"Docker container (/.dockerenv exists): a seccomp filter is installed", "/proc is partly covered"}, []string{"seccomp=hutch-seccomp.json", "systempaths=unconfined"}}},
 		{"a refused setup step on a plain host: no guess", host, SetupRefused, unix.EPERM, want{}},
+		{"root with every capability dropped (Kubernetes' drop ALL): the id map", with(dockerDefault(), func(f *Facts) {
+			f.UID, f.CapEff, f.UnshareErrno, f.SetnsErrno, f.ProcSubmounts = 0, 0, 0, unix.EBADF, nil
+			f.Runtime, f.Evidence = Kubernetes, "KUBERNETES_SERVICE_HOST is set"
+		}), SetupRefused, unix.EPERM,
+			want{[]string{"Kubernetes pod (KUBERNETES_SERVICE_HOST is set): hutch runs as root without CAP_SETFCAP"}, []string{"runAsUser: 1000"}}},
+		{"root without CAP_SETFCAP, the clone refused", with(host, func(f *Facts) { f.UID, f.Runtime, f.Evidence = 0, Docker, "/.dockerenv exists" }), CreateNamespaces, unix.EPERM,
+			want{[]string{"without CAP_SETFCAP"}, []string{"docker run --user 1000"}}},
+		{"root with CAP_SETFCAP: no such finding", with(host, func(f *Facts) { f.UID, f.CapEff = 0, 1<<unix.CAP_SETFCAP }), SetupRefused, unix.EPERM, want{}},
 		{"a refused setup step names no sysctl", with(host, func(f *Facts) { f.MaxUserNamespaces = "0" }), SetupRefused, unix.EPERM, want{}},
 		{"a masked /proc on a host that is no container is no cause of a clone failure", with(host, func(f *Facts) { f.ProcSubmounts = []string{"/proc/kcore"} }), CreateNamespaces, unix.EPERM, want{}},
 	}

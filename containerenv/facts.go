@@ -64,6 +64,8 @@ type Facts struct {
 	AppArmorLabel           string // this process's AppArmor confinement ("unconfined", "docker-default (enforce)")
 	// ProcSubmounts are the mounts below /proc (ProcSubmounts).
 	ProcSubmounts []string
+	// CapEff is this process's effective capability set.
+	CapEff uint64
 	// HasCapSysAdminInInitUser: CAP_SYS_ADMIN in the effective set, in
 	// the initial user namespace (AppArmor's restriction spares it).
 	HasCapSysAdminInInitUser bool
@@ -77,7 +79,8 @@ func Probe() Facts {
 	f.Runtime, f.Evidence = detectRuntime()
 	if b, err := os.ReadFile("/proc/self/status"); err == nil {
 		f.SeccompMode, f.SeccompFilters = parseSeccompStatus(b)
-		f.HasCapSysAdminInInitUser = capSysAdmin(b) && initialUserNS()
+		f.CapEff = capEff(b)
+		f.HasCapSysAdminInInitUser = f.CapEff&(1<<unix.CAP_SYS_ADMIN) != 0 && initialUserNS()
 	}
 	f.UnshareErrno = errnoOf(unix.Unshare(0))
 	f.SetnsErrno = errnoOf(unix.Setns(-1, 0))
@@ -227,14 +230,15 @@ func parseSeccompStatus(status []byte) (mode, filters int) {
 	return mode, filters
 }
 
-func capSysAdmin(status []byte) bool {
+// capEff is the CapEff line of a /proc/PID/status file (0 when absent).
+func capEff(status []byte) uint64 {
 	for _, line := range strings.Split(string(status), "\n") {
 		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
-			n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			return err == nil && n&(1<<unix.CAP_SYS_ADMIN) != 0
+			n, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return n
 		}
 	}
-	return false
+	return 0
 }
 
 // initialUserNS says whether this process is in the initial user

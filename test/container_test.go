@@ -69,6 +69,11 @@ type containerShape struct {
 	// env the variables it would set (KUBERNETES_SERVICE_HOST).
 	markers []string
 	env     []string
+	// root runs the container's process as its uid 0 with caps as its
+	// effective, permitted and bounding sets (else uid 1000 with Docker's
+	// default bounding set).
+	root bool
+	caps []string
 }
 
 // dockerMaskedPaths and dockerReadonlyPaths are the paths moby's default
@@ -103,6 +108,10 @@ func newBundle(t *testing.T, runc string, shape containerShape, args ...string) 
 	var rnd [6]byte
 	rand.Read(rnd[:])
 	b := &bundle{runc: runc, dir: dir, state: filepath.Join(dir, "runc-state"), id: "hutch-test-" + hex.EncodeToString(rnd[:])}
+	uid := containerUID
+	if shape.root {
+		uid = 0
+	}
 	owner := func(id int) int {
 		if shape.userns {
 			return idBase + id
@@ -146,10 +155,10 @@ func newBundle(t *testing.T, runc string, shape containerShape, args ...string) 
 		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		os.Chown(filepath.Join(dir, d), owner(containerUID), owner(containerUID))
+		os.Chown(filepath.Join(dir, d), owner(uid), owner(uid))
 	}
 	probeIn(t, filepath.Join(dir, "work-vol"))
-	os.Chown(filepath.Join(dir, "work-vol", "probe"), owner(containerUID), owner(containerUID))
+	os.Chown(filepath.Join(dir, "work-vol", "probe"), owner(uid), owner(uid))
 
 	ro := []string{"rbind", "ro", "nosuid", "nodev"}
 	s := &specs.Spec{
@@ -157,7 +166,7 @@ func newBundle(t *testing.T, runc string, shape containerShape, args ...string) 
 		Hostname: "container",
 		Root:     &specs.Root{Path: "rootfs", Readonly: true},
 		Process: &specs.Process{
-			User: specs.User{UID: containerUID, GID: containerUID},
+			User: specs.User{UID: uint32(uid), GID: uint32(uid)},
 			Args: args,
 			Env: append([]string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=/home/u", "LANG=C.UTF-8",
 				"XDG_STATE_HOME=/home/u/.local/state", "XDG_CACHE_HOME=/home/u/.cache"}, shape.env...),
@@ -185,6 +194,9 @@ func newBundle(t *testing.T, runc string, shape containerShape, args ...string) 
 			CgroupsPath: "/" + b.id,
 			Seccomp:     shape.seccomp,
 		},
+	}
+	if shape.root {
+		s.Process.Capabilities = &specs.LinuxCapabilities{Bounding: shape.caps, Effective: shape.caps, Permitted: shape.caps}
 	}
 	if shape.masked {
 		s.Linux.MaskedPaths = dockerMaskedPaths
@@ -443,4 +455,42 @@ func TestNestedContainerProfileWithoutMount(t *testing.T) {
 			t.Errorf("hutch run's message lacks %q", s)
 		}
 	}
+}
+
+// TestNestedContainerRoot: hutch as the container's root. With Docker's
+// default capabilities the full jail works; with every capability dropped
+// (Kubernetes' capabilities: drop: [ALL] without runAsNonRoot) the kernel
+// refuses root's id map without CAP_SETFCAP, and hutch says so and how to
+// run it instead.
+func TestNestedContainerRoot(t *testing.T) {
+	runc := needRunc(t)
+	prof, err := containerseccomp.Hutch(runtime.GOARCH)
+	if err != nil {
+		t.Skip(err)
+	}
+	script := "/hutch run --no-discover -- sh -c 'id -u; grep ^CapEff /proc/self/status'; echo hutch-exit=$?"
+	t.Run("docker-default-caps", func(t *testing.T) {
+		b := newBundle(t, runc, containerShape{userns: true, seccomp: prof, root: true, caps: dockerCaps}, "/bin/sh", "-c", script)
+		code, out, errOut := b.run(t)
+		t.Logf("container exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+		if !strings.Contains(out, "1000\nCapEff:\t0000000000000000\nhutch-exit=0") {
+			t.Errorf("hutch as root with Docker's default capabilities: want the command run as uid 1000 without capabilities, exit 0")
+		}
+	})
+	t.Run("drop-all", func(t *testing.T) {
+		b := newBundle(t, runc, containerShape{userns: true, seccomp: prof, root: true, env: []string{"KUBERNETES_SERVICE_HOST=10.96.0.1"}}, "/bin/sh", "-c", script)
+		code, out, errOut := b.run(t)
+		t.Logf("container exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+		if !strings.Contains(out, "hutch-exit=125") {
+			t.Errorf("hutch as root without capabilities: want exit 125")
+		}
+		for _, s := range []string{"uid_map", "hutch runs as root without CAP_SETFCAP", "runAsUser: 1000", "docs/DEPLOY.md"} {
+			if !strings.Contains(errOut, s) {
+				t.Errorf("hutch run's message lacks %q", s)
+			}
+		}
+		if strings.Contains(errOut, "seccomp filter") {
+			t.Errorf("the message blames a seccomp filter, which allows everything hutch needs here")
+		}
+	})
 }
