@@ -57,7 +57,6 @@ func needRunc(t *testing.T) string {
 // bundle is one OCI bundle and the runc state it runs under.
 type bundle struct {
 	runc, dir, state, id string
-	spec                 *specs.Spec
 }
 
 // containerShape is what kind of container the bundle describes.
@@ -207,7 +206,6 @@ func newBundle(t *testing.T, runc string, shape containerShape, args ...string) 
 		s.Linux.UIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: idBase, Size: idRange}}
 		s.Linux.GIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: idBase, Size: idRange}}
 	}
-	b.spec = s
 	cfg, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		t.Fatal(err)
