@@ -95,6 +95,19 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 		sb.Warnings = append(sb.Warnings, w)
 	}
 	sb.Process = buildProcess(h, sb)
+	iso, w, err := decideIsolation(p.Sandbox.Isolation, strict, h.Isolation.UsernsProblem)
+	if err != nil {
+		return nil, err
+	}
+	sb.Isolation = iso
+	if w != nil {
+		sb.Warnings = append(sb.Warnings, *w)
+	}
+	if iso == policy.IsolationLandlock {
+		if err := planLandlockIsolation(p, h, sb); err != nil {
+			return nil, err
+		}
+	}
 	if req != nil {
 		if sb.Command, err = sb.NewCommand(req.Argv, req.Cwd, req.HostCwd, h.Env, req.ExtraEnv); err != nil {
 			return nil, err
@@ -364,6 +377,15 @@ func (sb *Sandbox) NewCommand(argv []string, cwd, hostCwd string, env, extra []s
 // commands run in the workspace).
 func (sb *Sandbox) Cwd(c, hostCwd string) (string, error) {
 	w := sb.Workspace.Paths()
+	if m := sb.Workspace.moved; m != "" && m != w.Mount {
+		// The landlock isolation's workspace is at its host path: a
+		// directory given under the mount the policy named is there.
+		if c == m {
+			c = w.Mount
+		} else if rest, ok := strings.CutPrefix(c, m+"/"); ok {
+			c = w.Mount + "/" + rest
+		}
+	}
 	if c == "" && hostCwd != "" {
 		return w.HostCwd(hostCwd), nil
 	}
@@ -383,7 +405,7 @@ func (sb *Sandbox) CommandEnv(host, extra []string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(sb.Environment.Proxy) == 0 {
+	if len(sb.Environment.Proxy) == 0 && len(sb.Environment.Scratch) == 0 {
 		return env, nil
 	}
 	out := slices.Clone(env)
@@ -392,7 +414,7 @@ func (sb *Sandbox) CommandEnv(host, extra []string) ([]string, error) {
 		k, _, _ := strings.Cut(kv, "=")
 		seen[k] = i
 	}
-	for _, kv := range sb.Environment.Proxy {
+	for _, kv := range slices.Concat(sb.Environment.Proxy, sb.Environment.Scratch) {
 		k, _, _ := strings.Cut(kv, "=")
 		if i, ok := seen[k]; ok {
 			out[i] = kv
