@@ -235,7 +235,9 @@ func planLandlockIsolation(p *policy.Policy, h *Host, sb *Sandbox) error {
 	r := landlock.Rules{
 		ReadExec:          slices.Clone(f.Tooling),
 		ReadOnly:          []string{"/proc"},
-		ReadWriteFiles:    append(slices.Clone(mounts.Devices), "/dev/ptmx", "/dev/pts"),
+		// Not /dev/pts nor /dev/ptmx: the host's devpts holds the user's
+		// other terminals. A command's own terminal comes as its stdio.
+		ReadWriteFiles:    slices.Clone(mounts.Devices),
 		TCP:               true,
 		ScopeAbstractUnix: true,
 		ScopeSignal:       true,

@@ -1,0 +1,205 @@
+package test
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The landlock isolation (sandbox.isolation = "landlock", no namespaces):
+// the hardening checks of the namespaces isolation that apply to it, as the
+// unprivileged user and as root, each checked on the real kernel boundary.
+
+// landlockWorkspace is a workspace with a git repository (whose .git/config
+// and .git/hooks are protected), a subdirectory and a file, owned by the
+// user hutch runs as, and a secret beside it (outside the workspace).
+func landlockWorkspace(t *testing.T, o opts) (ws, secret string) {
+	t.Helper()
+	base := userDir(t)
+	ws = filepath.Join(base, "ws")
+	for _, d := range []string{ws + "/sub", ws + "/.git/hooks", ws + "/.git/objects"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, c := range map[string]string{ws + "/README": "readme\n", ws + "/.git/config": "[core]\n", ws + "/.git/HEAD": "ref: refs/heads/main\n"} {
+		if err := os.WriteFile(p, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	secret = filepath.Join(base, "secret-token")
+	if err := os.WriteFile(secret, []byte("TOPSECRET\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ownTree(t, o, base)
+	return ws, secret
+}
+
+// hostSleeper starts a process outside any sandbox as the user hutch runs
+// as under o, and returns it (killed at the test's end).
+func hostSleeper(t *testing.T, o opts) *exec.Cmd {
+	t.Helper()
+	c := exec.Command("/bin/sleep", "300")
+	if asRoot && !o.root {
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(testUID), Gid: uint32(testGID), NoSetGroups: true}}
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+	return c
+}
+
+func TestLandlockIsolationHardening(t *testing.T) {
+	eachUser(t, func(t *testing.T, o opts) {
+		ws, secret := landlockWorkspace(t, o)
+		logPath := filepath.Join(userDir(t), "sec.log")
+		origin := origin(t, false)
+		// A host loopback service that is not the proxy.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Write([]byte("LOOPBACK-SERVICE\n"))
+				c.Close()
+			}
+		}()
+		lport := ln.Addr().(*net.TCPAddr).Port
+		sleeper := hostSleeper(t, o)
+		script := fmt.Sprintf(`
+grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status
+cat %[1]s 2>/dev/null && echo SECRET-READ
+touch /usr/bin/hutch-probe 2>/dev/null && echo TOOLING-WRITTEN
+touch /tmp/hutch-probe-$$ 2>/dev/null && echo TMP-WRITTEN
+echo data > sub/new && echo WS-SUBDIR-WRITABLE
+echo more >> README && echo WS-FILE-WRITABLE
+echo evil >> .git/config 2>/dev/null && echo GIT-CONFIG-WRITTEN
+touch .git/hooks/pre-commit 2>/dev/null && echo HOOK-CREATED
+echo ok > "$TMPDIR/t" && echo TMPDIR-WRITABLE
+echo ok > "$HOME/h" && echo HOME-WRITABLE
+python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)' 2>/dev/null && echo UDP-MADE
+python3 -c 'import socket; socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)' 2>/dev/null && echo UNIX-MADE
+python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0))' 2>/dev/null && echo TCP-BOUND
+curl -sS -m 5 --noproxy '*' http://127.0.0.1:%[2]d/ 2>/dev/null && echo LOOPBACK-REACHED
+curl -sS -m 10 http://origin.test:%[3]d/through-proxy
+echo
+kill -0 %[4]d 2>/dev/null && echo SIGNALLED-OUTSIDE
+cat /proc/%[4]d/environ >/dev/null 2>&1 && echo ENVIRON-READ
+true`, secret, lport, origin, sleeper.Process.Pid)
+		o.dir = ws
+		r := hutch(t, o, "run", "--isolation", "landlock", "--security-log", logPath, "--no-discover",
+			"--allow", fmt.Sprintf("origin.test:%d=127.0.0.1", origin), "--", "/bin/sh", "-c", script)
+		mustCode(t, r, 0)
+		for _, want := range []string{"CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2",
+			"WS-SUBDIR-WRITABLE", "WS-FILE-WRITABLE", "TMPDIR-WRITABLE", "HOME-WRITABLE", "path /through-proxy"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("stdout lacks %q:\n%s\nstderr:\n%s", want, r.stdout, r.stderr)
+			}
+		}
+		for _, bad := range []string{"TOPSECRET", "SECRET-READ", "TOOLING-WRITTEN", "TMP-WRITTEN", "GIT-CONFIG-WRITTEN", "HOOK-CREATED",
+			"UDP-MADE", "UNIX-MADE", "TCP-BOUND", "LOOPBACK-SERVICE", "LOOPBACK-REACHED", "SIGNALLED-OUTSIDE", "ENVIRON-READ"} {
+			if strings.Contains(r.stdout, bad) {
+				t.Errorf("stdout has %q: the landlock isolation let it through:\n%s", bad, r.stdout)
+			}
+		}
+		for _, want := range []string{
+			fmt.Sprintf("hutch: network blocked by policy: direct connection to 127.0.0.1:%d (only the egress proxy is reachable)", lport),
+			"hutch: blocked by seccomp policy: socket AF_INET SOCK_DGRAM",
+			"hutch: blocked by seccomp policy: socket AF_UNIX SOCK_STREAM",
+		} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+			}
+		}
+		if got, _ := os.ReadFile(filepath.Join(ws, ".git/config")); string(got) != "[core]\n" {
+			t.Errorf(".git/config changed: %q", got)
+		}
+		if _, err := os.Stat(filepath.Join(ws, ".git/hooks/pre-commit")); err == nil {
+			t.Error(".git/hooks/pre-commit was created")
+		}
+		if !hasEvent(logEvents(t, logPath), "network", fmt.Sprintf("direct 127.0.0.1:%d", lport), "WARN") {
+			t.Error("the direct connection is not in the security log")
+		}
+		if err := sleeper.Process.Signal(syscall.Signal(0)); err != nil {
+			t.Errorf("the host process the sandbox tried to signal is gone: %v", err)
+		}
+	})
+}
+
+// Everything a command started is gone when it ends, daemons too, and when
+// hutch is killed with SIGKILL while the command runs.
+func TestLandlockIsolationLifecycle(t *testing.T) {
+	eachUser(t, func(t *testing.T, o opts) {
+		ws, _ := landlockWorkspace(t, o)
+		o.dir = ws
+		mark := uniqueMarker(t)
+		r := hutch(t, o, "run", "--isolation", "landlock", "--no-discover", "--", "/bin/sh", "-c",
+			fmt.Sprintf(`setsid sh -c 'sleep 1000; : %[1]s' >/dev/null 2>&1 & (sh -c 'sleep 1000; : %[1]s' >/dev/null 2>&1 &); echo started`, mark))
+		mustCode(t, r, 0)
+		waitGone(t, mark, 3*time.Second)
+
+		mark = uniqueMarker(t)
+		cmd := hutchCmd(o, "run", "--isolation", "landlock", "--no-discover", "--", "/bin/sh", "-c",
+			fmt.Sprintf(`setsid sh -c 'sleep 1000; : %[1]s' >/dev/null 2>&1 & sh -c 'sleep 1000; : %[1]s'`, mark))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for len(processesWith(mark)) < 2 {
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("the command's processes did not start: %v", processesWith(mark))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		var inits []int
+		for _, pid := range processesWith("hutch:init") {
+			if ppid(pid) == cmd.Process.Pid {
+				inits = append(inits, pid)
+			}
+		}
+		if len(inits) != 1 {
+			t.Errorf("hutch %d has %d inits: %v", cmd.Process.Pid, len(inits), inits)
+		}
+		cmd.Process.Kill() // SIGKILL: no teardown of hutch's own
+		cmd.Wait()
+		waitGone(t, mark, 5*time.Second)
+		for _, pid := range inits {
+			for end := time.Now().Add(5 * time.Second); ppid(pid) != 0; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(end) {
+					t.Fatalf("hutch's init %d outlived hutch", pid)
+				}
+			}
+		}
+	})
+}
+
+// ppid is pid's parent, or 0 when pid is gone (or a zombie).
+func ppid(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 2 || f[0] == "Z" {
+		return 0
+	}
+	var p int
+	fmt.Sscan(f[1], &p)
+	return p
+}
