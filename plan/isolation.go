@@ -233,8 +233,8 @@ func planLandlockIsolation(p *policy.Policy, h *Host, sb *Sandbox) error {
 		return fmt.Errorf("filesystem.tooling = %q: the landlock isolation has no mounts, so its tooling is the host's: set tooling = %q or isolation = \"namespaces\"", p.Filesystem.Tooling, policy.ToolingHost)
 	}
 	r := landlock.Rules{
-		ReadExec:          slices.Clone(f.Tooling),
-		ReadOnly:          []string{"/proc"},
+		ReadExec: slices.Clone(f.Tooling),
+		ReadOnly: []string{"/proc"},
 		// Not /dev/pts nor /dev/ptmx: the host's devpts holds the user's
 		// other terminals. A command's own terminal comes as its stdio.
 		ReadWriteFiles:    slices.Clone(mounts.Devices),
