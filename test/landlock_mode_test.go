@@ -93,7 +93,7 @@ echo ok > "$HOME/h" && echo HOME-WRITABLE
 python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)' 2>/dev/null && echo UDP-MADE
 python3 -c 'import socket; socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)' 2>/dev/null && echo UNIX-MADE
 python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0))' 2>/dev/null && echo TCP-BOUND
-curl -sS -m 5 --noproxy '*' http://127.0.0.1:%[2]d/ 2>/dev/null && echo LOOPBACK-REACHED
+python3 -c 'import socket; s=socket.create_connection(("127.0.0.1", %[2]d), 5); print(s.recv(64).decode())' 2>/dev/null && echo LOOPBACK-REACHED
 curl -sS -m 10 http://origin.test:%[3]d/through-proxy
 echo
 kill -0 %[4]d 2>/dev/null && echo SIGNALLED-OUTSIDE
