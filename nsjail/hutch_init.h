@@ -282,6 +282,9 @@ int hutch_harden(struct hutch_harden *h, int from, int to);
 // subreaper, until none is left, and returns how many it killed.
 unsigned hutch_kill_all(void);
 
+// argv[0] of the user namespace probe (probe.c, ProbeUserNamespaces).
+#define HUTCH_PROBE_MAGIC "hutch:probe-userns"
+
 // argv[1] of an init started without namespaces (the landlock isolation).
 #define HUTCH_INIT_NO_NAMESPACES "--no-namespaces"
 

@@ -227,14 +227,7 @@ func Launch(cfg *Config) (*Sandbox, error) {
 		Env:        []string{},
 		ExtraFiles: []*os.File{child},
 		Stderr:     cfg.Stderr,
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
-				unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
-			GidMappingsEnableSetgroups: false,
-			Pdeathsig:                  syscall.SIGKILL,
-		},
+		SysProcAttr: initNamespaces(),
 	}
 	if cfg.NoNamespaces {
 		// SIGTERM, not SIGKILL: the init kills the sandbox's processes
@@ -273,6 +266,19 @@ func Launch(cfg *Config) (*Sandbox, error) {
 		runtime.UnlockOSThread()
 	}()
 	return s, nil
+}
+
+// initNamespaces are the init's namespaces (all seven) and one-id maps
+// (the invoking user as 0), and its parent-death signal.
+func initNamespaces() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{
+		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
+			unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+		GidMappingsEnableSetgroups: false,
+		Pdeathsig:                  syscall.SIGKILL,
+	}
 }
 
 // newSandbox is a Sandbox talking to an init over ctrl, not launched yet.

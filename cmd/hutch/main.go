@@ -28,6 +28,7 @@ import (
 	"github.com/hutchsandbox/hutch/egress"
 	// The C fast path of `hutch exec` (a constructor; see its package doc).
 	_ "github.com/hutchsandbox/hutch/execclient"
+	"github.com/hutchsandbox/hutch/nsjail"
 	"github.com/hutchsandbox/hutch/nsjail/prestart"
 	"github.com/hutchsandbox/hutch/plan"
 	"github.com/hutchsandbox/hutch/policy"
@@ -431,7 +432,7 @@ func policyCommand() *cli.Command {
 					// Every check run makes before it starts anything: the
 					// host facts and the plan (workspace, rootfs, bind
 					// sources, strict enforcement), the seccomp profile.
-					h, err := plan.Gather(p, plan.GatherOptions{Env: os.Environ()})
+					h, err := plan.Gather(p, plan.GatherOptions{Env: os.Environ(), ProbeUserns: nsjail.ProbeUserNamespaces})
 					if err == nil {
 						_, err = plan.Build(p, h, nil)
 					}

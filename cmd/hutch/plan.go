@@ -15,6 +15,7 @@ import (
 	"github.com/hutchsandbox/hutch"
 	"github.com/hutchsandbox/hutch/cgroup"
 	"github.com/hutchsandbox/hutch/mounts"
+	"github.com/hutchsandbox/hutch/nsjail"
 	"github.com/hutchsandbox/hutch/plan"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seclog"
@@ -46,7 +47,7 @@ func planCommand() *cli.Command {
 			if c.NArg() > 0 {
 				req = &plan.Request{Argv: c.Args().Slice(), Cwd: c.String("cwd"), HostCwd: hostCwd(), ExtraEnv: c.StringSlice("env")}
 			}
-			h, err := plan.Gather(p, plan.GatherOptions{Env: os.Environ(), SecurityLog: logPath})
+			h, err := plan.Gather(p, plan.GatherOptions{Env: os.Environ(), SecurityLog: logPath, ProbeUserns: nsjail.ProbeUserNamespaces})
 			if err != nil {
 				return &exitError{hutch.ExitSetup, "hutch: cannot plan the sandbox: " + err.Error()}
 			}
