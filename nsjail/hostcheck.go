@@ -130,10 +130,10 @@ func diagnoseInitFailure(m *message) string {
 func ProbeUserNamespaces() string {
 	var stderr strings.Builder
 	cmd := &exec.Cmd{
-		Path:   "/proc/self/exe",
-		Args:   []string{probeMagic},
-		Env:    []string{},
-		Stderr: &stderr,
+		Path:        "/proc/self/exe",
+		Args:        []string{probeMagic},
+		Env:         []string{},
+		Stderr:      &stderr,
 		SysProcAttr: initNamespaces(),
 	}
 	if err := cmd.Start(); err != nil {

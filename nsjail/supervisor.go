@@ -222,11 +222,11 @@ func Launch(cfg *Config) (*Sandbox, error) {
 	child := os.NewFile(uintptr(pair[1]), "control-init")
 
 	cmd := &exec.Cmd{
-		Path:       exe,
-		Args:       []string{initMagic},
-		Env:        []string{},
-		ExtraFiles: []*os.File{child},
-		Stderr:     cfg.Stderr,
+		Path:        exe,
+		Args:        []string{initMagic},
+		Env:         []string{},
+		ExtraFiles:  []*os.File{child},
+		Stderr:      cfg.Stderr,
 		SysProcAttr: initNamespaces(),
 	}
 	if cfg.NoNamespaces {
