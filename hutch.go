@@ -113,6 +113,11 @@ type Result struct {
 	Warnings []string
 	// Timing lists per-stage durations when requested.
 	Timing []nsjail.Stage
+	// Isolation is how the sandbox was made when it was not with
+	// namespaces (policy.IsolationLandlock), and IsolationLimits what that
+	// does not give (plan.LandlockDifferences); both empty for namespaces.
+	Isolation       string
+	IsolationLimits []string
 }
 
 // ForwardedSignals are the signals hutch relays to the command it runs.

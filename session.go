@@ -495,6 +495,9 @@ func (s *Session) Exec(ctx context.Context, o *ExecOptions) (*Result, error) {
 		return nil, &nsjail.SetupError{Op: "start the command", Err: err}
 	}
 	res := &Result{SandboxID: s.id}
+	if s.plan.Isolation != policy.IsolationNamespaces {
+		res.Isolation, res.IsolationLimits = s.plan.Isolation, s.plan.Differences
+	}
 	s.warnMu.Lock()
 	res.Warnings, s.warnings = s.warnings, nil
 	s.warnMu.Unlock()

@@ -59,6 +59,15 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 			SessionMax:  p.Lifecycle.SessionMax,
 		},
 	}
+	// First: the isolation decides what of the rest applies.
+	iso, w, err := decideIsolation(p.Sandbox.Isolation, strict, h.Isolation.UsernsProblem)
+	if err != nil {
+		return nil, err
+	}
+	sb.Isolation = iso
+	if w != nil {
+		sb.Warnings = append(sb.Warnings, *w)
+	}
 	sb.Workspace.Repos = h.Repos
 	if h.Protection != nil {
 		sb.Workspace.Missing = slices.Clone(h.Protection.Missing)
@@ -71,7 +80,6 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 		sb.Warnings = append(sb.Warnings, Warning{Subject: "repos-incomplete " + h.Workspace,
 			Message: fmt.Sprintf("the workspace %s has more directories than hutch looks through for git repositories (%d); repositories deeper than it looked are not protected", h.Workspace, h.Repos.Dirs)})
 	}
-	var err error
 	if sb.Mounts, err = buildMounts(p, h, sb); err != nil {
 		return nil, err
 	}
@@ -95,15 +103,7 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 		sb.Warnings = append(sb.Warnings, w)
 	}
 	sb.Process = buildProcess(h, sb)
-	iso, w, err := decideIsolation(p.Sandbox.Isolation, strict, h.Isolation.UsernsProblem)
-	if err != nil {
-		return nil, err
-	}
-	sb.Isolation = iso
-	if w != nil {
-		sb.Warnings = append(sb.Warnings, *w)
-	}
-	if iso == policy.IsolationLandlock {
+	if sb.Isolation == policy.IsolationLandlock {
 		if err := planLandlockIsolation(p, h, sb); err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
 package test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -202,4 +203,74 @@ func ppid(pid int) int {
 	var p int
 	fmt.Sscan(f[1], &p)
 	return p
+}
+
+// withoutUserns makes cmd (hutchCmd's) run hutch in a user namespace of
+// its own whose user.max_user_namespaces is 0: a host where hutch cannot
+// create user namespaces (as in a container with Docker's default seccomp
+// profile), without touching the host's sysctls.
+func withoutUserns(cmd *exec.Cmd) *exec.Cmd {
+	cmd.Path = "/usr/bin/unshare"
+	cmd.Args = append([]string{"unshare", "--user", "--map-root-user", "/bin/sh", "-c",
+		`echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" "$@"`, hutchBin}, cmd.Args[1:]...)
+	return cmd
+}
+
+func runCmd(t *testing.T, cmd *exec.Cmd) result {
+	t.Helper()
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run %v: %v", cmd.Args, err)
+	}
+	return r
+}
+
+// isolation = "auto": namespaces where they can be made; where they
+// cannot, the landlock isolation with a warning shown once (best effort),
+// results that say so (--json), and a refusal under strict enforcement.
+func TestLandlockIsolationAuto(t *testing.T) {
+	eachUser(t, func(t *testing.T, o opts) {
+		ws, _ := landlockWorkspace(t, o)
+		o.dir = ws
+		script := `echo "home=$HOME"`
+		r := hutch(t, o, "run", "--isolation", "auto", "--no-discover", "--", "/bin/sh", "-c", script)
+		mustCode(t, r, 0)
+		if !strings.Contains(r.stdout, "home=/home/sandbox") || strings.Contains(r.stderr, "user namespaces cannot be created") {
+			t.Errorf("auto on a host with user namespaces: not the namespaces isolation:\n%s\n%s", r.stdout, r.stderr)
+		}
+
+		const warning = "hutch: warning: user namespaces cannot be created here (user namespaces are disabled (user.max_user_namespaces = 0)"
+		r = runCmd(t, withoutUserns(hutchCmd(o, "run", "--isolation", "auto", "--no-discover", "--", "/bin/sh", "-c", script)))
+		mustCode(t, r, 0)
+		if !strings.Contains(r.stdout, "home="+stateDir) || !strings.Contains(r.stderr, warning) {
+			t.Errorf("auto without user namespaces: want the landlock isolation (HOME in hutch's runtime directory %s) and the warning:\n%s\n%s", stateDir, r.stdout, r.stderr)
+		}
+		r = runCmd(t, withoutUserns(hutchCmd(o, "run", "--isolation", "auto", "--no-discover", "--json", "--", "/bin/sh", "-c", script)))
+		mustCode(t, r, 0)
+		if strings.Contains(r.stderr, warning) || strings.Contains(r.stdout, warning) {
+			t.Errorf("the warning came twice:\n%s\n%s", r.stdout, r.stderr)
+		}
+		var res struct {
+			Isolation       string   `json:"isolation"`
+			IsolationLimits []string `json:"isolation_limits"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+			t.Fatalf("--json: %v\n%s", err, r.stdout)
+		}
+		if res.Isolation != "landlock" || len(res.IsolationLimits) < 5 || !strings.HasPrefix(res.IsolationLimits[0], "host files are denied (EACCES) rather than hidden") {
+			t.Errorf("--json result does not say what the landlock isolation lacks: %+v", res)
+		}
+
+		pol := filepath.Join(userDir(t), "strict.toml")
+		writeUserFile(t, pol, "version = 1\nenforcement = \"strict\"\n[sandbox]\nisolation = \"auto\"\n")
+		r = runCmd(t, withoutUserns(hutchCmd(o, "run", "--policy", pol, "--no-discover", "--", "true")))
+		if want := `hutch: cannot set up the sandbox: sandbox.isolation = "auto" with enforcement = "strict": user namespaces cannot be created here`; r.code != 125 || !strings.Contains(r.stderr, want) {
+			t.Errorf("strict auto without user namespaces: exit %d, want 125 and %q:\n%s", r.code, want, r.stderr)
+		}
+	})
 }
