@@ -92,26 +92,9 @@ func diagnose(ctx context.Context) *doctorReport {
 	// The real test: make a sandbox and run a command in it (this also
 	// proves the pid namespace's /proc mount, pivot_root, Landlock and
 	// seccomp loading).
-	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-	defer devnull.Close()
-	p := policy.Default()
-	p.Network.DiscoverRegistries = false
 	dir, _ := os.MkdirTemp("", "hutch-doctor-")
 	defer os.RemoveAll(dir)
-	p.Filesystem.Workspace = dir
-	p.Filesystem.Protected = nil
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	res, err := hutch.Run(cctx, &hutch.RunOptions{Policy: p, Argv: []string{"true"}, Stdin: devnull, Stdout: devnull, Stderr: devnull})
-	switch {
-	case err != nil:
-		r.Sandbox = "cannot be made: " + err.Error()
-	case res.ExitCode != 0:
-		r.Sandbox = fmt.Sprintf("made, but `true` exited %d: %s", res.ExitCode, strings.Join(res.Messages, "; "))
-	default:
-		r.Sandbox = "ok"
-		r.CanSandbox = true
-	}
+	r.Sandbox, r.CanSandbox = doctorRun(ctx, policy.IsolationNamespaces, dir)
 
 	r.LandlockSandbox, r.CanSandboxNoNS = doctorRun(ctx, policy.IsolationLandlock, dir)
 	r.LandlockLimits = plan.LandlockDifferences
