@@ -103,7 +103,7 @@ func denialHint(name string) string {
 	if slices.Contains(PtraceCalls, name) {
 		return PtraceHint
 	}
-	if name == "socket" {
+	if name == "socket" || name == "listen" {
 		return "only TCP through the egress proxy is allowed (in the landlock isolation, no unix, UDP or raw sockets: docs/ISOLATION.md); see docs/SECCOMP.md"
 	}
 	return "see docs/SECCOMP.md"

@@ -94,6 +94,8 @@ echo ok > "$HOME/h" && echo HOME-WRITABLE
 python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)' 2>/dev/null && echo UDP-MADE
 python3 -c 'import socket; socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)' 2>/dev/null && echo UNIX-MADE
 python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0))' 2>/dev/null && echo TCP-BOUND
+python3 -c 'import socket; s=socket.socket(); s.listen(1)' 2>/dev/null && echo TCP-LISTENING
+python3 -c 'import socket; s=socket.socket(); s.sendto(b"x", socket.MSG_FASTOPEN, ("127.0.0.1", %[2]d)); print(s.recv(64).decode())' 2>/dev/null && echo FASTOPEN-REACHED
 python3 -c 'import socket; s=socket.create_connection(("127.0.0.1", %[2]d), 5); print(s.recv(64).decode())' 2>/dev/null && echo LOOPBACK-REACHED
 curl -sS -m 10 http://origin.test:%[3]d/through-proxy
 echo
@@ -111,7 +113,7 @@ true`, secret, lport, origin, sleeper.Process.Pid)
 			}
 		}
 		for _, bad := range []string{"TOPSECRET", "SECRET-READ", "TOOLING-WRITTEN", "TMP-WRITTEN", "GIT-CONFIG-WRITTEN", "HOOK-CREATED",
-			"UDP-MADE", "UNIX-MADE", "TCP-BOUND", "LOOPBACK-SERVICE", "LOOPBACK-REACHED", "SIGNALLED-OUTSIDE", "ENVIRON-READ"} {
+			"UDP-MADE", "UNIX-MADE", "TCP-BOUND", "TCP-LISTENING", "FASTOPEN-REACHED", "LOOPBACK-SERVICE", "LOOPBACK-REACHED", "SIGNALLED-OUTSIDE", "ENVIRON-READ"} {
 			if strings.Contains(r.stdout, bad) {
 				t.Errorf("stdout has %q: the landlock isolation let it through:\n%s", bad, r.stdout)
 			}
