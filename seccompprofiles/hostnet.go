@@ -6,6 +6,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// QuietPrefix starts the comment of an SCMP_ACT_ERRNO rule that stays
+// plain errno with Options.Notify, as an ENOSYS fallback does: a refusal
+// so routine that reporting it would bury the denials that matter.
+const QuietPrefix = "hutch: quiet: "
+
+// UnixSocketComment marks HostNetwork's unix socket rule. It is quiet:
+// glibc tries nscd's and systemd-userdb's sockets on every user lookup (id,
+// ls -l, git) and falls back to the files, as it does in a namespace
+// sandbox, where those sockets do not exist and nothing is reported either.
+const UnixSocketComment = QuietPrefix + "the landlock isolation refuses unix sockets: Landlock cannot restrict connecting to the host's pathname sockets (D-Bus, ssh-agent, docker.sock)"
+
 // HostNetworkComment marks the socket rule HostNetwork adds; a denial
 // names it.
 const HostNetworkComment = "hutch: the landlock isolation shares the host's network: only TCP sockets (which Landlock restricts to the egress proxy's ports) and NETLINK_ROUTE sockets (reading the host's interfaces) can be made; UDP, raw, packet and SCTP sockets would reach the network around the proxy, and unix sockets the host's services (D-Bus, ssh-agent, docker.sock), which Landlock cannot restrict"
@@ -68,6 +79,8 @@ func HostNetwork(p *Profile) *Profile {
 		Comment: "hutch: NETLINK_ROUTE sockets (getifaddrs); changing the host's network needs capabilities the command lacks"})
 	eacces := uint(unix.EACCES)
 	q.Syscalls = append(q.Syscalls,
+		Syscall{Names: []string{"socket"}, Action: ActErrno, ErrnoRet: &eacces, Comment: UnixSocketComment,
+			Args: []Arg{{Index: 0, Value: unix.AF_UNIX, Op: "SCMP_CMP_EQ"}}},
 		Syscall{Names: []string{"socket"}, Action: ActErrno, ErrnoRet: &eacces, Comment: HostNetworkComment},
 		Syscall{Names: []string{"listen"}, Action: ActErrno, ErrnoRet: &eacces, Comment: ListenComment},
 		// TCP Fast Open connects from sendto/sendmsg, which Landlock's TCP

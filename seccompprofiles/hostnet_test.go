@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -55,13 +56,31 @@ try_("fastopen", lambda: s.sendto(b"x", socket.MSG_FASTOPEN, ("127.0.0.1", 9)))
 				t.Skipf("seccomp user notification unavailable: %s", f.NotifyUnavailable)
 			}
 			c := startChild(t, "exec", f, childScriptEnv+"="+script)
+			var mu sync.Mutex
+			reported := map[string]bool{}
+			served := make(chan struct{})
 			if notify {
 				fd := c.listener(t)
 				watch := func(n Notification, mem MemReader) Verdict { return Verdict{Continue: true} }
-				go ServeWatch(context.Background(), fd, f, watch, func(Denial, Notification) {})
+				go func() {
+					defer close(served)
+					ServeWatch(context.Background(), fd, f, watch, func(d Denial, n Notification) {
+						mu.Lock()
+						reported[DescribeCall(d.Name, n.Args)] = true
+						mu.Unlock()
+					})
+				}()
+			} else {
+				close(served)
 			}
 			if err := c.cmd.Wait(); err != nil {
 				t.Fatalf("python under the filter: %v\n%s", err, c.out)
+			}
+			<-served
+			// Unix sockets are refused quietly (glibc's every user lookup
+			// tries some); the others are reported.
+			if notify && (reported["socket AF_UNIX SOCK_STREAM"] || !reported["socket AF_INET SOCK_DGRAM"] || !reported["listen"]) {
+				t.Errorf("reported %v: want socket AF_INET SOCK_DGRAM and listen, not socket AF_UNIX", reported)
 			}
 			got := map[string]string{}
 			for _, line := range strings.Split(c.out.String(), "\n") {
