@@ -294,3 +294,44 @@ func TestLandlockIsolationAuto(t *testing.T) {
 		}
 	})
 }
+
+// A session in the landlock isolation: its scratch HOME persists between
+// commands, each command's processes end with it, the results say which
+// isolation ran them, and stopping it leaves no process nor scratch
+// directory.
+func TestLandlockIsolationSession(t *testing.T) {
+	eachUser(t, func(t *testing.T, o opts) {
+		ws, _ := landlockWorkspace(t, o)
+		o.dir = ws
+		name := startSessionWith(t, o, "--isolation", "landlock", "--no-discover")
+		r := hutch(t, o, "exec", name, "--", "/bin/sh", "-c", `echo kept > "$HOME/state"; echo "home=$HOME"`)
+		mustCode(t, r, 0)
+		home := strings.TrimSpace(strings.TrimPrefix(r.stdout, "home="))
+		if !strings.Contains(home, "/hutch/scratch/sandbox-") {
+			t.Fatalf("HOME %q is not a scratch directory:\n%s", home, r.stderr)
+		}
+		mark := uniqueMarker(t)
+		r = hutch(t, o, "exec", name, "--", "/bin/sh", "-c", fmt.Sprintf(`cat "$HOME/state"; setsid sh -c 'sleep 1000; : %s' >/dev/null 2>&1 &`, mark))
+		mustCode(t, r, 0)
+		if r.stdout != "kept\n" {
+			t.Errorf("HOME did not persist between commands: %q", r.stdout)
+		}
+		waitGone(t, mark, 3*time.Second)
+		r = hutch(t, o, "exec", "--json", name, "--", "true")
+		mustCode(t, r, 0)
+		if !strings.Contains(r.stdout, `"isolation": "landlock"`) || !strings.Contains(r.stdout, `"isolation_limits": [`) {
+			t.Errorf("exec --json does not name the isolation:\n%s", r.stdout)
+		}
+		mustCode(t, hutch(t, o, "session", "stop", name), 0)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if _, err := os.Stat(filepath.Dir(home)); os.IsNotExist(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("scratch directory %s left after the session stopped", filepath.Dir(home))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
