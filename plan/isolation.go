@@ -264,6 +264,7 @@ func planLandlockIsolation(p *policy.Policy, h *Host, sb *Sandbox) error {
 	sb.Workspace.moved, sb.Workspace.Mount = sb.Workspace.Mount, sb.Workspace.Host
 	sb.Identity.UID, sb.Identity.GID = f.UID, f.GID
 	sb.Identity.Home = "" // WithScratch
+	sb.Environment.Scratch = []string{"HOME=" + ScratchPlaceholder + "/home", "TMPDIR=" + ScratchPlaceholder + "/tmp"}
 	sb.Mounts = &mounts.Plan{}
 	if sb.Network.Proxy != nil {
 		sb.Network.Proxy = &Proxy{} // ports chosen at launch: WithProxy
@@ -273,6 +274,7 @@ func planLandlockIsolation(p *policy.Policy, h *Host, sb *Sandbox) error {
 	// Without a user namespace RLIMIT_NPROC counts every process of the
 	// host user, and the watchdog's procfs would be the host's: neither
 	// stands for the sandbox's own.
+	sb.Resources.Watchdog = nil
 	rl := sb.Resources.Fallback[:0:0]
 	for _, x := range sb.Resources.Fallback {
 		if x.Resource != unix.RLIMIT_NPROC {
@@ -281,13 +283,16 @@ func planLandlockIsolation(p *policy.Policy, h *Host, sb *Sandbox) error {
 	}
 	sb.Resources.Fallback = rl
 	if sb.Resources.Cgroup == nil {
-		sb.Resources.Watchdog = nil
 		sb.Warnings = slices.DeleteFunc(sb.Warnings, func(w Warning) bool { return w.Subject == "rlimit-fallback" })
 		sb.Warnings = append(sb.Warnings, Warning{Subject: "landlock-isolation-limits",
 			Message: "the landlock isolation enforces no memory or process limit without a delegated cgroup (RLIMIT_NPROC would count every process of the host user; the memory watchdog would see the host's); only per-process rlimits apply"})
 	}
 	return nil
 }
+
+// ScratchPlaceholder stands, in a plan, for the scratch directory made at
+// launch (WithScratch replaces it).
+const ScratchPlaceholder = "<scratch>"
 
 // WithScratch is sb with dir, a private directory made for this sandbox,
 // as the landlock isolation's HOME (dir/home) and TMPDIR (dir/tmp),
