@@ -59,3 +59,38 @@ func pruneScratch(base string) {
 		}
 	}
 }
+
+// userTasks counts the tasks (threads) whose real uid is this process's:
+// what RLIMIT_NPROC counts outside a user namespace.
+func userTasks() int64 {
+	uid := strconv.Itoa(os.Getuid())
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		var real, threads string
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+				if f := strings.Fields(v); len(f) > 0 {
+					real = f[0]
+				}
+			} else if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+				threads = strings.TrimSpace(v)
+			}
+		}
+		if real == uid {
+			t, _ := strconv.ParseInt(threads, 10, 64)
+			n += max(t, 1)
+		}
+	}
+	return n
+}

@@ -158,7 +158,7 @@ func (s *Session) start(ctx context.Context, t0 time.Time) error {
 			return &nsjail.SetupError{Op: "make the sandbox's scratch directory", Err: err}
 		}
 		s.scratch = dir
-		s.plan = s.plan.WithScratch(dir)
+		s.plan = s.plan.WithScratch(dir).WithUserTasks(userTasks())
 	}
 	o, sb := &s.o, s.plan
 	s.rec = seclog.NewRecorder(o.SecurityLog, s.id, []string{"(session)"})

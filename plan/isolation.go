@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutchsandbox/hutch/cgroup"
 	"github.com/hutchsandbox/hutch/egress"
 	"github.com/hutchsandbox/hutch/landlock"
 	"github.com/hutchsandbox/hutch/mounts"
@@ -210,7 +211,7 @@ var LandlockDifferences = []string{
 	"no mount namespace: the workspace is at its host path, /tmp is not private and not writable (TMPDIR and HOME are a private scratch directory), /dev/shm is not available, and /etc is the host's (minus the masked credentials, denied)",
 	"protected paths are kept read-only by Landlock alone: nothing can be created, removed or renamed directly in a directory on the way to one (the workspace root when .git is protected); create files in subdirectories",
 	"no IPC or UTS namespace: System V IPC and the hostname are the host's",
-	"the command runs as the invoking host user (without capabilities), not as the sandbox uid; resources.pids and resources.memory are enforced only where a cgroup is delegated",
+	"the command runs as the invoking host user (without capabilities), not as the sandbox uid; without a delegated cgroup resources.memory is not enforced and resources.pids only through RLIMIT_NPROC, which counts all of the host user's processes",
 }
 
 // planLandlockIsolation turns sb, planned for namespaces, into the
@@ -279,15 +280,37 @@ func planLandlockIsolation(p *policy.Policy, h *Host, sb *Sandbox) error {
 	for _, x := range sb.Resources.Fallback {
 		if x.Resource != unix.RLIMIT_NPROC {
 			rl = append(rl, x)
+		} else if f.UID != 0 && sb.Resources.Cgroup == nil {
+			// At launch: the user's task count then, plus this (WithUserTasks).
+			sb.Resources.UserTasks = int64(x.Cur)
 		}
 	}
 	sb.Resources.Fallback = rl
 	if sb.Resources.Cgroup == nil {
 		sb.Warnings = slices.DeleteFunc(sb.Warnings, func(w Warning) bool { return w.Subject == "rlimit-fallback" })
+		procs := "processes are capped only by RLIMIT_NPROC, which counts all of the host user's processes: the sandbox may fork while the user has fewer than at its start plus resources.pids (a fork bomb stops there, unreported; the user's other programs starting many processes meanwhile leave the sandbox fewer)"
+		if f.UID == 0 {
+			procs = "processes are not capped (RLIMIT_NPROC does not apply to root)"
+		}
 		sb.Warnings = append(sb.Warnings, Warning{Subject: "landlock-isolation-limits",
-			Message: "the landlock isolation enforces no memory or process limit without a delegated cgroup (RLIMIT_NPROC would count every process of the host user; the memory watchdog would see the host's); only per-process rlimits apply"})
+			Message: "without a delegated cgroup the landlock isolation does not limit memory (the watchdog would see the host's processes) and " + procs + "; per-process rlimits apply"})
 	}
 	return nil
+}
+
+// WithUserTasks is sb with the landlock isolation's RLIMIT_NPROC: running,
+// the host user's tasks at launch, plus Resources.UserTasks (resources.pids
+// and hutch's margin). Without a user namespace the limit counts every task
+// of the user, so this caps the sandbox's share of them. sb is not changed;
+// without UserTasks it is returned as it is.
+func (sb *Sandbox) WithUserTasks(running int64) *Sandbox {
+	if sb.Resources.UserTasks <= 0 {
+		return sb
+	}
+	c := *sb
+	n := uint64(running + sb.Resources.UserTasks)
+	c.Resources.Rlimits = append(slices.Clone(sb.Resources.Rlimits), cgroup.Rlimit{Resource: unix.RLIMIT_NPROC, Cur: n, Max: n})
+	return &c
 }
 
 // ScratchPlaceholder stands, in a plan, for the scratch directory made at

@@ -133,6 +133,13 @@ func TestBuildLandlockIsolation(t *testing.T) {
 			t.Errorf("RLIMIT_NPROC in the fallback: it would count every process of the host user")
 		}
 	}
+	if want := int64(512 + NprocMarginRun); sb.Resources.UserTasks != want {
+		t.Errorf("UserTasks = %d, want resources.pids and the margin, %d", sb.Resources.UserTasks, want)
+	}
+	rls := sb.WithUserTasks(40).Resources.Rlimits
+	if last := rls[len(rls)-1]; last.Resource != 6 || last.Cur != uint64(40+512+NprocMarginRun) || len(sb.Resources.Rlimits) != len(rls)-1 {
+		t.Errorf("WithUserTasks(40): rlimits %+v (the plan's: %+v)", rls, sb.Resources.Rlimits)
+	}
 	if sb.Network.Proxy == nil || sb.Network.Proxy.HTTP != 0 || len(sb.Environment.Proxy) != 0 {
 		t.Errorf("proxy %+v, env %v: ports are chosen at launch", sb.Network.Proxy, sb.Environment.Proxy)
 	}

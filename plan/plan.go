@@ -194,6 +194,10 @@ type Resources struct {
 	Watchdog *Watchdog `json:"watchdog,omitempty"`
 	// FileSize is the policy's file size limit (for messages).
 	FileSize policy.Size `json:"file_size"`
+	// UserTasks, in the landlock isolation without a cgroup, is what
+	// RLIMIT_NPROC allows beyond the host user's tasks at launch
+	// (Sandbox.WithUserTasks); 0: not set (root, whom it does not bind).
+	UserTasks int64 `json:"user_tasks,omitempty"`
 }
 
 // Watchdog is what package limits watches on the rlimit backend, where no

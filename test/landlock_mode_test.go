@@ -335,3 +335,45 @@ func TestLandlockIsolationSession(t *testing.T) {
 		}
 	})
 }
+
+// resources.pids holds in the landlock isolation: by the cgroup where one
+// is delegated, else by RLIMIT_NPROC over the host user's tasks (which
+// does not bind root).
+func TestLandlockIsolationProcessLimit(t *testing.T) {
+	eachUser(t, func(t *testing.T, o opts) {
+		ws, _ := landlockWorkspace(t, o)
+		o.dir = ws
+		p := hutch(t, o, "plan", "--json", "--isolation", "landlock", "--pids", "40", "--", "true")
+		mustCode(t, p, 0)
+		if o.root && !strings.Contains(p.stdout, `"cgroup": {`) {
+			t.Skip("root without a cgroup here: RLIMIT_NPROC does not bind root, so nothing caps its processes (docs/ISOLATION.md)")
+		}
+		mark := uniqueMarker(t)
+		r := hutch(t, o, "run", "--isolation", "landlock", "--no-discover", "--pids", "40", "--", "python3", "-c", `
+import os, sys, time
+n = 0
+for i in range(100):
+    try:
+        pid = os.fork()
+    except OSError as e:
+        print("fork failed:", e)
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    n += 1
+print("forked", n)
+`, mark)
+		mustCode(t, r, 0)
+		if running := len(processesWith(mark)); running > 0 {
+			t.Errorf("%d processes left after the run", running)
+		}
+		var n int
+		for _, l := range strings.Split(r.stdout, "\n") {
+			fmt.Sscanf(l, "forked %d", &n)
+		}
+		if n == 0 || n > 40 || !strings.Contains(r.stdout, "fork failed: [Errno 11]") {
+			t.Errorf("under --pids 40, %d forks succeeded, want at most 40 and a refused one:\n%s\n%s", n, r.stdout, r.stderr)
+		}
+	})
+}
