@@ -105,6 +105,9 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 	sb.Process = buildProcess(h, sb)
 	if sb.Isolation == policy.IsolationLandlock {
 		if err := planLandlockIsolation(p, h, sb); err != nil {
+			if p.Sandbox.Isolation == policy.IsolationAuto {
+				return nil, fmt.Errorf("sandbox.isolation = \"auto\": user namespaces cannot be created here (%s), and the landlock isolation cannot be used either: %w", h.Isolation.UsernsProblem, err)
+			}
 			return nil, err
 		}
 	}

@@ -163,6 +163,9 @@ func TestBuildLandlockIsolation(t *testing.T) {
 		want   string
 	}{
 		{"old kernel", func(p *policy.Policy, h *Host) { h.LandlockABI = 5 }, "needs Landlock ABI 6"},
+		{"auto, old kernel", func(p *policy.Policy, h *Host) {
+			p.Sandbox.Isolation, h.LandlockABI, h.Isolation.UsernsProblem = policy.IsolationAuto, 5, "no user namespaces"
+		}, `sandbox.isolation = "auto": user namespaces cannot be created here (no user namespaces), and the landlock isolation cannot be used either: sandbox.isolation = "landlock" needs Landlock ABI 6`},
 		{"rootfs", func(p *policy.Policy, h *Host) { p.Filesystem.Tooling = "rootfs:/srv/rootfs" }, `filesystem.tooling = "rootfs:/srv/rootfs"`},
 		{"publish", func(p *policy.Policy, h *Host) {
 			p.Network.Publish = []policy.PublishEntry{{HostPort: 8080, SandboxPort: 8080}}
