@@ -377,3 +377,21 @@ print("forked", n)
 		}
 	})
 }
+
+// hutch mcp in the landlock isolation: the tool's description and each
+// run_command result say so, and what it does not give.
+func TestLandlockIsolationMCP(t *testing.T) {
+	ws, _ := landlockWorkspace(t, opts{})
+	m := startMCP(t, hutchCmd(opts{dir: ws}, "mcp", "--isolation", "landlock", "--net", "none"))
+	tools := m.call(2, "tools/list", map[string]any{})
+	if d := fmt.Sprint(tools["result"]); !strings.Contains(d, "made without namespaces (isolation landlock)") || !strings.Contains(d, "host files are denied (EACCES) rather than hidden") {
+		t.Errorf("the tool description does not say the isolation: %s", d)
+	}
+	sc, res := m.runCommand(3, "echo ok")
+	if sc == nil || sc["stdout"] != "ok\n" || sc["isolation"] != "landlock" {
+		t.Fatalf("run_command: %v; stderr:\n%s", res, m.stderr.String())
+	}
+	if l, _ := sc["isolation_limits"].([]any); len(l) < 5 {
+		t.Errorf("isolation_limits: %v", sc["isolation_limits"])
+	}
+}
