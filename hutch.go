@@ -113,6 +113,11 @@ type Result struct {
 	Warnings []string
 	// Timing lists per-stage durations when requested.
 	Timing []nsjail.Stage
+	// Isolation is how the sandbox was made when it was not with
+	// namespaces (policy.IsolationLandlock), and IsolationLimits what that
+	// does not give (plan.LandlockDifferences); both empty for namespaces.
+	Isolation       string
+	IsolationLimits []string
 }
 
 // ForwardedSignals are the signals hutch relays to the command it runs.
@@ -168,7 +173,7 @@ func apiPolicy(p *policy.Policy) *policy.Policy {
 // the policy and this host's facts (package plan). Nothing is created.
 func Plan(o *RunOptions) (*plan.Sandbox, error) {
 	p := apiPolicy(o.Policy)
-	h, err := plan.Gather(p, plan.GatherOptions{Env: o.HostEnv, SecurityLog: o.SecurityLog.Path()})
+	h, err := plan.Gather(p, plan.GatherOptions{Env: o.HostEnv, SecurityLog: o.SecurityLog.Path(), ProbeUserns: nsjail.ProbeUserNamespaces})
 	if err != nil {
 		return nil, err
 	}

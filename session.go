@@ -69,6 +69,12 @@ type Session struct {
 	notifyCtx    context.Context
 	notifyCancel context.CancelFunc
 
+	// scratch is the landlock isolation's private HOME and TMPDIR
+	// directory (removed at Close); proxyPorts the egress proxy's ports on
+	// the host's loopback there. Both "" / nil for namespaces.
+	scratch    string
+	proxyPorts []uint16
+
 	closeOnce sync.Once
 	// closeTiming holds the teardown stages (--debug), written by Close.
 	closeTiming []nsjail.Stage
@@ -108,7 +114,7 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 	t0 := time.Now()
 	defer o.Prestarted.Discard() // a no-op once the launch adopted it
 	p := apiPolicy(o.Policy)
-	host, err := plan.Gather(p, plan.GatherOptions{Env: o.HostEnv, SecurityLog: o.SecurityLog.Path()})
+	host, err := plan.Gather(p, plan.GatherOptions{Env: o.HostEnv, SecurityLog: o.SecurityLog.Path(), ProbeUserns: nsjail.ProbeUserNamespaces})
 	if err != nil {
 		return nil, err
 	}
@@ -146,6 +152,14 @@ func (s *Session) mark(name string, since time.Time) time.Time {
 // init execs; a prestarted init is already running and joins its cgroup
 // when adopted, after them.
 func (s *Session) start(ctx context.Context, t0 time.Time) error {
+	if s.plan.Isolation == policy.IsolationLandlock {
+		dir, err := makeScratch()
+		if err != nil {
+			return &nsjail.SetupError{Op: "make the sandbox's scratch directory", Err: err}
+		}
+		s.scratch = dir
+		s.plan = s.plan.WithScratch(dir).WithUserTasks(userTasks())
+	}
 	o, sb := &s.o, s.plan
 	s.rec = seclog.NewRecorder(o.SecurityLog, s.id, []string{"(session)"})
 	tLimits := time.Now()
@@ -180,7 +194,7 @@ func (s *Session) start(ctx context.Context, t0 time.Time) error {
 			s.warn(plan.FallbackWarning(s.limits.FallbackReason()))
 		}
 		cfg := &nsjail.Config{Executable: o.Executable, Logger: o.Logger, Prestarted: o.Prestarted,
-			Spawner: sb.Process.Spawner, Listener: s.listener}
+			Spawner: sb.Process.Spawner, Listener: s.listener, NoNamespaces: sb.Isolation == policy.IsolationLandlock}
 		if o.Diagnostics != nil {
 			cfg.Stderr = o.Diagnostics
 		}
@@ -208,7 +222,7 @@ func (s *Session) start(ctx context.Context, t0 time.Time) error {
 	var err error
 	if s.filter, err = seccompprofiles.Load(ctx, seccompprofiles.LoadOptions{
 		Profile: sb.Seccomp.Profile, Notify: true, WatchNetwork: sb.Seccomp.WatchNetwork, Strict: sb.Seccomp.Strict,
-		Ptrace: sb.Seccomp.Ptrace, Store: s.st, Logger: o.Logger,
+		Ptrace: sb.Seccomp.Ptrace, HostNetwork: sb.Isolation == policy.IsolationLandlock, Store: s.st, Logger: o.Logger,
 	}); err != nil {
 		return err
 	}
@@ -238,6 +252,12 @@ func (s *Session) start(ctx context.Context, t0 time.Time) error {
 	cancel()
 	if err != nil {
 		return err
+	}
+	if sb.Isolation == policy.IsolationLandlock && sb.Network.Proxy != nil {
+		if p := s.sb.ProxyPorts(); len(p) == 3 {
+			s.plan = s.plan.WithProxy(p[0], p[1], p[2])
+			s.proxyPorts = []uint16{uint16(p[0]), uint16(p[1])}
+		}
 	}
 	s.limits.Watch(s.sb.InitPid()) // the rlimit backend's watchdog; its /proc is mounted now
 	if o.Timing {
@@ -300,7 +320,7 @@ func (s *Session) listener(p *nsjail.Process) (*os.File, error) {
 	}
 	prof := s.plan.Seccomp.Profile
 	if p == nil {
-		go seccompprofiles.ServeListener(s.notifyCtx, mine, s.filter, prof, s.recorderFor)
+		go seccompprofiles.ServeListener(s.notifyCtx, mine, s.filter, prof, s.recorderFor, s.proxyPorts...)
 		return child, nil
 	}
 	c := p.Tag.(*command)
@@ -308,7 +328,7 @@ func (s *Session) listener(p *nsjail.Process) (*os.File, error) {
 	c.stopNotify, c.notifyDone = cancel, make(chan struct{})
 	go func() {
 		defer close(c.notifyDone)
-		seccompprofiles.ServeListener(ctx, mine, s.filter, prof, func(uint32) *seclog.Recorder { return c.rec })
+		seccompprofiles.ServeListener(ctx, mine, s.filter, prof, func(uint32) *seclog.Recorder { return c.rec }, s.proxyPorts...)
 	}()
 	return child, nil
 }
@@ -392,6 +412,12 @@ func (s *Session) Close() error {
 		mark("teardown.init")
 		s.limits.Close()
 		mark("teardown.limits")
+		if s.scratch != "" {
+			// The sandbox's processes are gone: nothing writes here any more.
+			if rerr := os.RemoveAll(s.scratch); rerr != nil && s.o.Logger != nil {
+				s.o.Logger.Warn("remove the scratch directory", "dir", s.scratch, "err", rerr)
+			}
+		}
 		close(s.closed)
 	})
 	return err
@@ -469,6 +495,9 @@ func (s *Session) Exec(ctx context.Context, o *ExecOptions) (*Result, error) {
 		return nil, &nsjail.SetupError{Op: "start the command", Err: err}
 	}
 	res := &Result{SandboxID: s.id}
+	if s.plan.Isolation != policy.IsolationNamespaces {
+		res.Isolation, res.IsolationLimits = s.plan.Isolation, s.plan.Differences
+	}
 	s.warnMu.Lock()
 	res.Warnings, s.warnings = s.warnings, nil
 	s.warnMu.Unlock()

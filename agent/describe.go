@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/hutchsandbox/hutch/plan"
 	"github.com/hutchsandbox/hutch/policy"
 )
 
@@ -55,7 +56,15 @@ func Describe(p *policy.Policy, o DescribeOptions) string {
 	} else {
 		b.WriteString("The host's tools (/usr, /bin, /lib, /opt) are read-only; ")
 	}
-	b.WriteString("/tmp and HOME (/home/sandbox) are private and writable. ")
+	switch p.Sandbox.Isolation {
+	case policy.IsolationLandlock:
+		b.WriteString("HOME and TMPDIR are a private writable scratch directory; /tmp is not writable. ")
+		b.WriteString("This sandbox is made without namespaces (isolation landlock), so: " + strings.Join(plan.LandlockDifferences, "; ") + ". ")
+	case policy.IsolationAuto:
+		b.WriteString("/tmp and HOME (/home/sandbox) are private and writable (where this host cannot make namespaces, the sandbox is made with Landlock only: results then carry isolation and isolation_limits, which say what differs). ")
+	default:
+		b.WriteString("/tmp and HOME (/home/sandbox) are private and writable. ")
+	}
 	if o.Session {
 		fmt.Fprintf(&b, "Calls share one sandbox while the server runs: files under %s, /tmp and HOME persist between calls; each call's processes end with it; fresh: true runs a call in a new one-off sandbox. Standard input is empty.\n\n", mount)
 	} else {

@@ -38,4 +38,15 @@
 // inside the sandbox can reach; the init dies with the supervisor (its
 // parent-death signal), and with pid 1 the kernel kills every process of the
 // sandbox.
+//
+// Without namespaces (Config.NoNamespaces: the landlock isolation,
+// docs/ISOLATION.md) the same init starts with no clone flag and
+// HUTCH_INIT_NO_NAMESPACES: it builds no root, makes the proxy's sockets on
+// ephemeral ports of the host's loopback (Sandbox.ProxyPorts; the Landlock
+// ruleset then allows TCP connect to those only), is the child subreaper of
+// every sandboxed process, and, since no pid namespace ends with it, kills
+// them all itself (hutch_kill_all) when its socket ends or SIGTERM comes
+// (its parent-death signal, and Kill). Commands skip the nested user
+// namespace and run every other hardening step. ProbeUserNamespaces (probe.c)
+// tells sandbox.isolation = "auto" whether namespaces can be made.
 package nsjail

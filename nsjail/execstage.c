@@ -102,11 +102,16 @@ static int step_signals(struct hutch_harden *h, const char **what) {
 }
 
 static int step_caps(struct hutch_harden *h, const char **what) {
-	(void)h;
 	*what = "drop capability bounding set";
 	for (int c = 0; c < 64; c++) {
-		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
+		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL) {
+			// Without a user namespace an unprivileged process may not
+			// (EPERM: no CAP_SETPCAP); it has no capability to lose, and
+			// no_new_privs keeps execve from granting any.
+			if (h->no_namespaces && errno == EPERM)
+				break;
 			return -1;
+		}
 	}
 	*what = "clear ambient capabilities";
 	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
@@ -365,6 +370,12 @@ static void kill_all(pid_t self) {
 		struct timespec ts = {0, n == 0 ? 1000000 : 100000};
 		nanosleep(&ts, NULL);
 	}
+}
+
+unsigned hutch_kill_all(void) {
+	leftover = 0;
+	kill_all(getpid());
+	return leftover;
 }
 
 // report_end writes the end record on the status pipe: the wait status the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -141,3 +142,31 @@ func diagnoseInitFailure(m *message) string {
 // procMountRefused matches the init's report of a refused procfs mount
 // (the mount plan's proc step, nsjail/mounts.c: "proc TARGET (WHY): ERROR").
 var procMountRefused = regexp.MustCompile(`(^|: )proc /\S* \(.*\): operation not permitted$`)
+
+// ProbeUserNamespaces says why a sandbox's namespaces cannot be made here,
+// or "" when they can: it starts a probe of hutch's binary (probe.c) in the
+// seven namespaces an init gets, with the same one-id maps, which makes its
+// mounts private and mounts a procfs, what a container's seccomp profile,
+// its masked /proc or an AppArmor restriction of user namespaces refuses.
+// It costs a process start (a few milliseconds); sandbox.isolation =
+// "auto" runs it once per sandbox.
+func ProbeUserNamespaces() string {
+	var stderr strings.Builder
+	cmd := &exec.Cmd{
+		Path:        "/proc/self/exe",
+		Args:        []string{probeMagic},
+		Env:         []string{},
+		Stderr:      &stderr,
+		SysProcAttr: initNamespaces(),
+	}
+	if err := cmd.Start(); err != nil {
+		return diagnoseClone(err).Error()
+	}
+	if err := cmd.Wait(); err != nil {
+		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+			return msg
+		}
+		return fmt.Sprintf("the namespace probe failed: %v", err)
+	}
+	return ""
+}

@@ -264,6 +264,10 @@ enum hutch_harden_step {
 // What the hardening steps need; err and what report a failed step.
 struct hutch_harden {
 	int notify; // send the seccomp listener on SLOT_NOTIFY
+	// no_namespaces: the landlock isolation (no user namespace), where an
+	// unprivileged process has no CAP_SETPCAP to empty its bounding set
+	// (no_new_privs keeps it from gaining anything through execve).
+	int no_namespaces;
 	const struct hutch_rlimits *rlimits;
 	int err;          // errno of the failed step
 	const char *what; // the failed step, in words
@@ -273,6 +277,16 @@ struct hutch_harden {
 // It returns 0, or -1 with h->err and h->what set by the first step that
 // failed (the rest are not applied).
 int hutch_harden(struct hutch_harden *h, int from, int to);
+
+// hutch_kill_all kills every descendant of the calling process, a child
+// subreaper, until none is left, and returns how many it killed.
+unsigned hutch_kill_all(void);
+
+// argv[0] of the user namespace probe (probe.c, ProbeUserNamespaces).
+#define HUTCH_PROBE_MAGIC "hutch:probe-userns"
+
+// argv[1] of an init started without namespaces (the landlock isolation).
+#define HUTCH_INIT_NO_NAMESPACES "--no-namespaces"
 
 // hutch_fail reports a failure on the channel ("CODE ERRNO what") and exits
 // with code.

@@ -283,6 +283,14 @@ static void spawn_error(uint64_t id, int code, const char *what) {
 static int userns_fd = -1;
 static int spawned;
 
+// no_ns: the init was started without namespaces (the landlock isolation,
+// argv[1] HUTCH_INIT_NO_NAMESPACES). It is then not pid 1 of anything:
+// it is the child subreaper of every sandboxed process, kills them all
+// (hutch_kill_all) before it exits, and exits on SIGTERM (its parent-death
+// signal, and the supervisor's kill) as on the end of its control socket.
+// Commands run as the invoking user, in no user namespace of their own.
+static int no_ns;
+
 // The session's spawner (execstage.c): its pid and the init's end of its
 // socket; -1 when there is none (not asked for, failed, or gone).
 static pid_t spawner_pid = -1;
@@ -402,7 +410,9 @@ __attribute__((noreturn)) static void child(int uid, int gid, const int src[HUTC
 	const char *cwd;
 	char **argv;
 	take_payload(&cwd, &argv);
-	if (ns >= 0) {
+	if (no_ns) {
+		// No user namespace: the command is the invoking user.
+	} else if (ns >= 0) {
 		// Every capability in the namespace, as after unshare.
 		if (setns(ns, CLONE_NEWUSER) < 0)
 			hutch_fail(125, errno, "enter the commands' user namespace");
@@ -414,7 +424,7 @@ __attribute__((noreturn)) static void child(int uid, int gid, const int src[HUTC
 			hutch_fail(125, errno, what);
 	}
 	close_from_fd(HUTCH_SLOT_END);
-	struct hutch_harden h = {.notify = notify, .rlimits = &in.setup.rlimits};
+	struct hutch_harden h = {.notify = notify, .no_namespaces = no_ns, .rlimits = &in.setup.rlimits};
 	if (hutch_harden(&h, 0, HUTCH_HARDEN_STEPS) < 0)
 		hutch_fail(125, h.err, h.what);
 	hutch_start_command(cwd, argv, 0, terminal);
@@ -774,6 +784,10 @@ static int start_spawner(int notify, const int *fds, int nfds, char *err, size_t
 		snprintf(err, errlen, "no Landlock ruleset or descriptors for the spawner");
 		return -1;
 	}
+	if (no_ns) {
+		snprintf(err, errlen, "no spawner without namespaces");
+		return -1;
+	}
 	if (userns_fd < 0)
 		userns_fd = make_userns((int)in.setup.uid, (int)in.setup.gid);
 	if (userns_fd < 0) {
@@ -911,7 +925,7 @@ static void do_spawn(uint64_t id, struct hutch_rd *r, const unsigned char *raw, 
 		get_ready(); // the next command's, while this one starts
 		goto out;
 	}
-	if (spawned++ == 1 && userns_fd < 0)
+	if (spawned++ == 1 && userns_fd < 0 && !no_ns)
 		userns_fd = make_userns((int)in.setup.uid, (int)in.setup.gid);
 	int src[HUTCH_SLOT_END] = {fds[0], fds[1], fds[2], pr[1], in.ll_fd, in.bpf_fd, notify ? fds[4] : -1, -1, fds[3]};
 	if (in.bpf_fd < 0)
@@ -1120,10 +1134,22 @@ static void do_signal(uint64_t id, struct hutch_rd *r) {
 			kill(procs[i].pid, (int)sig);
 }
 
+// end_no_ns ends an init without namespaces: nothing takes its sandbox
+// down with it (no pid namespace), so it kills every process of the
+// sandbox itself first. They all descend from it: it is their child
+// subreaper, and a command's reaper killed before its children leaves them
+// to it.
+__attribute__((noreturn)) static void end_no_ns(void) {
+	hutch_kill_all();
+	_exit(0);
+}
+
 __attribute__((noreturn)) static void serve(unsigned char *buf) {
 	sigset_t chld;
 	sigemptyset(&chld);
 	sigaddset(&chld, SIGCHLD);
+	if (no_ns)
+		sigaddset(&chld, SIGTERM); // blocked since init_main
 	int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (sfd < 0)
 		_exit(1);
@@ -1159,16 +1185,22 @@ __attribute__((noreturn)) static void serve(unsigned char *buf) {
 		}
 		if (pfd[1].revents) {
 			struct signalfd_siginfo si;
+			int term = 0;
 			while (read(sfd, &si, sizeof si) > 0)
-				;
+				term |= si.ssi_signo == SIGTERM;
+			if (term && no_ns)
+				end_no_ns();
 			reap();
 		}
 		if (!pfd[0].revents)
 			continue;
 		int fds[8], nfds;
 		ssize_t n = recv_msg(buf, HUTCH_MAX_MSG, fds, &nfds);
-		if (n == 0 || (n < 0 && errno != EMSGSIZE))
+		if (n == 0 || (n < 0 && errno != EMSGSIZE)) {
+			if (no_ns)
+				end_no_ns();
 			_exit(0); // supervisor gone: exiting kills the sandbox
+		}
 		if (n < HUTCH_HEADER_SIZE) {
 			close_fds(fds, nfds);
 			continue;
@@ -1384,10 +1416,19 @@ __attribute__((noreturn)) static void init_main(long entered, int with_hint) {
 	static const int ignored[] = {SIGHUP, SIGINT, SIGTERM, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM,
 	                              SIGTSTP, SIGTTIN, SIGTTOU, SIGWINCH, SIGVTALRM, SIGPROF, SIGXCPU, SIGXFSZ, SIGIO};
 	for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
-		sigaction(ignored[i], &ign, NULL);
+		if (!(no_ns && ignored[i] == SIGTERM))
+			sigaction(ignored[i], &ign, NULL);
 	sigset_t chld;
 	sigemptyset(&chld);
 	sigaddset(&chld, SIGCHLD);
+	if (no_ns) {
+		// SIGTERM (the parent-death signal) is read from the signalfd: an
+		// ignored signal would be discarded, not queued. Sandboxed code
+		// cannot send it (Landlock's signal scoping).
+		sigaddset(&chld, SIGTERM);
+		// Every orphan of the sandbox is re-parented here.
+		prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+	}
 	sigprocmask(SIG_BLOCK, &chld, NULL);
 	// Not dumpable: /proc/1/{mem,fd,environ} stay closed to sandboxed code.
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
@@ -1402,7 +1443,8 @@ __attribute__((noreturn)) static void init_main(long entered, int with_hint) {
 
 	// What needs no policy happens while the supervisor's runtime starts.
 	long t0 = hutch_now_usec();
-	loopback_up(in.net_err, sizeof in.net_err); // reported once the setup arrives
+	if (!no_ns)
+		loopback_up(in.net_err, sizeof in.net_err); // reported once the setup arrives
 	if (with_hint)
 		speculate();
 	long early = hutch_now_usec() - t0;
@@ -1452,10 +1494,12 @@ __attribute__((noreturn)) static void init_main(long entered, int with_hint) {
 	t0 = hutch_now_usec();
 	if (in.net_err[0])
 		setup_fail("%s", in.net_err);
-	if (sethostname(hostname, strlen(hostname)) < 0)
+	if (!no_ns && sethostname(hostname, strlen(hostname)) < 0)
 		setup_fail("set hostname: %s", hutch_strerror(errno, eb, sizeof eb));
 	mark("init.net", hutch_now_usec() - t0);
-	if (use_hint) {
+	if (no_ns) {
+		// No root to build: the host's, as Landlock restricts it.
+	} else if (use_hint) {
 		hint.state = HUTCH_HINT_USED;
 		if (hutch_mounts_finish(&hint.m, &hint.plan, mark) < 0) {
 			snprintf(err, sizeof err, "%s", hint.err);
@@ -1500,5 +1544,6 @@ __attribute__((constructor)) static void hutch_init_stage(int argc, char **argv,
 	(void)envp;
 	if (argc < 1 || argv == NULL || argv[0] == NULL || strcmp(argv[0], HUTCH_INIT_MAGIC) != 0)
 		return;
+	no_ns = argc > 1 && argv[1] != NULL && strcmp(argv[1], HUTCH_INIT_NO_NAMESPACES) == 0;
 	init_main(hutch_now_usec(), argc > 1 && argv[1] != NULL && strcmp(argv[1], "--plan-hint") == 0);
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -50,6 +51,13 @@ type Config struct {
 	// returns the end of a socketpair to hand to the sandbox, which Exec
 	// closes; the caller serves the other end. nil: no notification.
 	Listener func(p *Process) (*os.File, error)
+	// NoNamespaces starts the init in no namespace at all (the landlock
+	// isolation, plan.Sandbox.Isolation): it is the child subreaper of the
+	// sandbox's processes and kills them before it exits; the commands run
+	// as the invoking user under Landlock, seccomp and rlimits, on the
+	// host's filesystem, processes and network. A prestarted init is
+	// discarded.
+	NoNamespaces bool
 }
 
 // Prestarted is an init started before the Go runtime (package prestart):
@@ -186,7 +194,10 @@ func (e *SetupError) Unwrap() error { return e.Err }
 // calling goroutine's OS thread's process (parent-death signal) and with
 // Close; until Configure succeeds it runs nothing.
 func Launch(cfg *Config) (*Sandbox, error) {
-	if pre := cfg.Prestarted; pre != nil && pre.Control != nil {
+	if cfg.NoNamespaces {
+		cfg.Prestarted.Discard() // in namespaces: of no use here
+	}
+	if pre := cfg.Prestarted; pre != nil && pre.Control != nil && !cfg.NoNamespaces {
 		s, err := adopt(cfg, pre)
 		if err == nil {
 			if cfg.Logger != nil {
@@ -211,19 +222,18 @@ func Launch(cfg *Config) (*Sandbox, error) {
 	child := os.NewFile(uintptr(pair[1]), "control-init")
 
 	cmd := &exec.Cmd{
-		Path:       exe,
-		Args:       []string{initMagic},
-		Env:        []string{},
-		ExtraFiles: []*os.File{child},
-		Stderr:     cfg.Stderr,
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
-				unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
-			GidMappingsEnableSetgroups: false,
-			Pdeathsig:                  syscall.SIGKILL,
-		},
+		Path:        exe,
+		Args:        []string{initMagic},
+		Env:         []string{},
+		ExtraFiles:  []*os.File{child},
+		Stderr:      cfg.Stderr,
+		SysProcAttr: initNamespaces(),
+	}
+	if cfg.NoNamespaces {
+		// SIGTERM, not SIGKILL: the init kills the sandbox's processes
+		// before it exits, which no pid namespace does for it.
+		cmd.Args = append(cmd.Args, noNamespacesArg)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	}
 	if cfg.CgroupFD > 0 {
 		cmd.SysProcAttr.UseCgroupFD = true
@@ -256,6 +266,19 @@ func Launch(cfg *Config) (*Sandbox, error) {
 		runtime.UnlockOSThread()
 	}()
 	return s, nil
+}
+
+// initNamespaces are the init's namespaces (all seven) and one-id maps
+// (the invoking user as 0), and its parent-death signal.
+func initNamespaces() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{
+		Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
+			unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+		GidMappingsEnableSetgroups: false,
+		Pdeathsig:                  syscall.SIGKILL,
+	}
 }
 
 // newSandbox is a Sandbox talking to an init over ctrl, not launched yet.
@@ -436,7 +459,16 @@ func (s *Sandbox) configure(ctx context.Context, setup *Setup) error {
 		}
 	}
 	s.Ready = &Ready{PlanHint: hintState(r.m.Hint)}
-	err := s.landlock(setup.Sandbox.Landlock, r.fds[0], setup.Stdio)
+	ll := setup.Sandbox.Landlock
+	if s.cfg.NoNamespaces && ll.Rules.TCP {
+		// The proxy's ports on the host's loopback, chosen by the kernel
+		// as the init bound them: the only TCP destinations.
+		ll.Rules.ConnectTCP = slices.Clone(ll.Rules.ConnectTCP)
+		for _, p := range s.ProxyPorts()[:min(2, len(s.ProxyFiles))] {
+			ll.Rules.ConnectTCP = append(ll.Rules.ConnectTCP, uint16(p))
+		}
+	}
+	err := s.landlock(ll, r.fds[0], setup.Stdio)
 	s.mu.Lock()
 	s.root = r.fds[0] // for OpenPTY; closed with the sandbox
 	s.mu.Unlock()
@@ -773,12 +805,37 @@ func (s *Sandbox) Empty() bool {
 }
 
 // Kill sends the init SIGKILL and returns: the kernel then tears the pid
-// namespace down. Close waits for it.
+// namespace down. Close waits for it. An init without namespaces gets
+// SIGTERM instead, and kills every process of the sandbox before it exits.
 func (s *Sandbox) Kill() {
 	<-s.launched
 	if s.initProc != nil {
-		_ = s.initProc.Signal(syscall.SIGKILL) // "already finished" once reaped
+		sig := syscall.SIGKILL
+		if s.cfg.NoNamespaces {
+			sig = syscall.SIGTERM
+		}
+		_ = s.initProc.Signal(sig) // "already finished" once reaped
 	}
+}
+
+// ProxyPorts are the ports of ProxyFiles (HTTP proxy, SOCKS5 proxy, DNS),
+// as bound: without namespaces, ephemeral ports on the host's loopback.
+func (s *Sandbox) ProxyPorts() []int {
+	var ports []int
+	for _, f := range s.ProxyFiles {
+		port := 0
+		if rc, err := f.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) { // not f.Fd(), which would make it blocking
+				if sa, err := unix.Getsockname(int(fd)); err == nil {
+					if in4, ok := sa.(*unix.SockaddrInet4); ok {
+						port = in4.Port
+					}
+				}
+			})
+		}
+		ports = append(ports, port)
+	}
+	return ports
 }
 
 // kill ends the sandbox at once: SIGKILL to the init takes the whole pid

@@ -59,6 +59,15 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 			SessionMax:  p.Lifecycle.SessionMax,
 		},
 	}
+	// First: the isolation decides what of the rest applies.
+	iso, w, err := decideIsolation(p.Sandbox.Isolation, strict, h.Isolation.UsernsProblem)
+	if err != nil {
+		return nil, err
+	}
+	sb.Isolation = iso
+	if w != nil {
+		sb.Warnings = append(sb.Warnings, *w)
+	}
 	sb.Workspace.Repos = h.Repos
 	if h.Protection != nil {
 		sb.Workspace.Missing = slices.Clone(h.Protection.Missing)
@@ -71,7 +80,6 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 		sb.Warnings = append(sb.Warnings, Warning{Subject: "repos-incomplete " + h.Workspace,
 			Message: fmt.Sprintf("the workspace %s has more directories than hutch looks through for git repositories (%d); repositories deeper than it looked are not protected", h.Workspace, h.Repos.Dirs)})
 	}
-	var err error
 	if sb.Mounts, err = buildMounts(p, h, sb); err != nil {
 		return nil, err
 	}
@@ -95,6 +103,14 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 		sb.Warnings = append(sb.Warnings, w)
 	}
 	sb.Process = buildProcess(h, sb)
+	if sb.Isolation == policy.IsolationLandlock {
+		if err := planLandlockIsolation(p, h, sb); err != nil {
+			if p.Sandbox.Isolation == policy.IsolationAuto {
+				return nil, fmt.Errorf("sandbox.isolation = \"auto\": user namespaces cannot be created here (%s), and the landlock isolation cannot be used either: %w", h.Isolation.UsernsProblem, err)
+			}
+			return nil, err
+		}
+	}
 	if req != nil {
 		if sb.Command, err = sb.NewCommand(req.Argv, req.Cwd, req.HostCwd, h.Env, req.ExtraEnv); err != nil {
 			return nil, err
@@ -364,6 +380,15 @@ func (sb *Sandbox) NewCommand(argv []string, cwd, hostCwd string, env, extra []s
 // commands run in the workspace).
 func (sb *Sandbox) Cwd(c, hostCwd string) (string, error) {
 	w := sb.Workspace.Paths()
+	if m := sb.Workspace.moved; m != "" && m != w.Mount {
+		// The landlock isolation's workspace is at its host path: a
+		// directory given under the mount the policy named is there.
+		if c == m {
+			c = w.Mount
+		} else if rest, ok := strings.CutPrefix(c, m+"/"); ok {
+			c = w.Mount + "/" + rest
+		}
+	}
 	if c == "" && hostCwd != "" {
 		return w.HostCwd(hostCwd), nil
 	}
@@ -383,7 +408,7 @@ func (sb *Sandbox) CommandEnv(host, extra []string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(sb.Environment.Proxy) == 0 {
+	if len(sb.Environment.Proxy) == 0 && len(sb.Environment.Scratch) == 0 {
 		return env, nil
 	}
 	out := slices.Clone(env)
@@ -392,7 +417,7 @@ func (sb *Sandbox) CommandEnv(host, extra []string) ([]string, error) {
 		k, _, _ := strings.Cut(kv, "=")
 		seen[k] = i
 	}
-	for _, kv := range sb.Environment.Proxy {
+	for _, kv := range slices.Concat(sb.Environment.Proxy, sb.Environment.Scratch) {
 		k, _, _ := strings.Cut(kv, "=")
 		if i, ok := seen[k]; ok {
 			out[i] = kv

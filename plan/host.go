@@ -51,6 +51,9 @@ type Host struct {
 	Env []string
 	// NoSpawner, when set, says why the spawner is turned off (HUTCH_NO_SPAWNER).
 	NoSpawner string
+	// Isolation are the facts of the landlock isolation, gathered when the
+	// policy may use it.
+	Isolation IsolationFacts
 }
 
 // CgroupFacts is what cgroup.Probe found that planning needs.
@@ -68,6 +71,10 @@ type GatherOptions struct {
 	// SecurityLog is the security log's path; kept read-only when it lies
 	// in the workspace (hutch appends to it during the run).
 	SecurityLog string
+	// ProbeUserns, for sandbox.isolation = "auto", says why a sandbox's
+	// user namespaces cannot be made here ("" when they can): the root
+	// package passes nsjail.ProbeUserNamespaces.
+	ProbeUserns func() string
 }
 
 // Gather reads the host facts Build needs for p. It changes nothing in the
@@ -110,6 +117,9 @@ func Gather(p *policy.Policy, o GatherOptions) (*Host, error) {
 	h.Cgroup = CgroupFacts{Backend: cg.Backend, Reason: cg.Reason}
 	if v := os.Getenv("HUTCH_NO_SPAWNER"); v != "" && v != "0" {
 		h.NoSpawner = "HUTCH_NO_SPAWNER is set"
+	}
+	if err := gatherIsolation(p, h, o.ProbeUserns); err != nil {
+		return nil, err
 	}
 	return h, nil
 }

@@ -61,6 +61,12 @@ const (
 type Sandbox struct {
 	// Enforcement is policy.EnforceBestEffort or policy.EnforceStrict.
 	Enforcement string `json:"enforcement"`
+	// Isolation is how the sandbox is made: policy.IsolationNamespaces or
+	// policy.IsolationLandlock (policy "auto" decided for this host).
+	Isolation string `json:"isolation"`
+	// Differences are what this isolation does not give that namespaces
+	// do, in words (LandlockDifferences); empty for namespaces.
+	Differences []string `json:"differences,omitempty"`
 	// Workspace is the host directory mounted read-write, and what of it
 	// stays read-only inside.
 	Workspace Workspace `json:"workspace"`
@@ -113,6 +119,9 @@ type Workspace struct {
 	// Unprotected are the repositories' paths that could not be protected,
 	// with why.
 	Unprotected []string `json:"unprotected,omitempty"`
+	// moved is the mount the policy named, where the landlock isolation
+	// has the workspace at its host path instead (Sandbox.Cwd maps it).
+	moved string
 }
 
 // Identity is the command's identity inside the sandbox.
@@ -185,6 +194,10 @@ type Resources struct {
 	Watchdog *Watchdog `json:"watchdog,omitempty"`
 	// FileSize is the policy's file size limit (for messages).
 	FileSize policy.Size `json:"file_size"`
+	// UserTasks, in the landlock isolation without a cgroup, is what
+	// RLIMIT_NPROC allows beyond the host user's tasks at launch
+	// (Sandbox.WithUserTasks); 0: not set (root, whom it does not bind).
+	UserTasks int64 `json:"user_tasks,omitempty"`
 }
 
 // Watchdog is what package limits watches on the rlimit backend, where no
@@ -257,6 +270,9 @@ type Environment struct {
 	// Proxy are the variables that point tools at the egress proxy, set
 	// over whatever the caller's environment held.
 	Proxy []string `json:"proxy,omitempty"`
+	// Scratch are HOME and TMPDIR (TMP, TEMP) in the landlock isolation's
+	// scratch directory (Sandbox.WithScratch), set like Proxy.
+	Scratch []string `json:"scratch,omitempty"`
 }
 
 // Process is how the process model runs on this host.

@@ -20,6 +20,7 @@ enforcement = "strict"
 uid = 1234
 gid = 2345
 hostname = "box.example"
+isolation = "landlock"
 
 [filesystem]
 tooling = "rootfs:/srv/rootfs"
@@ -99,7 +100,7 @@ func fullPolicy() *Policy {
 	return &Policy{
 		Version:     1,
 		Enforcement: EnforceStrict,
-		Sandbox:     Sandbox{UID: 1234, GID: 2345, Hostname: "box.example"},
+		Sandbox:     Sandbox{UID: 1234, GID: 2345, Hostname: "box.example", Isolation: IsolationLandlock},
 		Filesystem: Filesystem{
 			Tooling:   "rootfs:/srv/rootfs",
 			Workspace: "/home/dev/project",
@@ -284,7 +285,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			"unknown nested table",
 			"[sandbox.extra.deep]\nz = 1\n",
-			`policy.toml:1: unknown key "sandbox.extra" (valid keys in [sandbox]: uid, gid, hostname)`,
+			`policy.toml:1: unknown key "sandbox.extra" (valid keys in [sandbox]: uid, gid, hostname, isolation)`,
 		},
 		{
 			"dotted key past a value",
@@ -473,7 +474,7 @@ prot = 443
 local_ports = [80, "x"]
 `
 	want := `policy.toml:3: sandbox.uid: want an integer, found a string
-policy.toml:4: unknown key "sandbox.bogus" (valid keys in [sandbox]: uid, gid, hostname)
+policy.toml:4: unknown key "sandbox.bogus" (valid keys in [sandbox]: uid, gid, hostname, isolation)
 policy.toml:7: filesystem.sys: want true or false, found a string
 policy.toml:8: filesystem.tmp_size: want a size such as "512MiB" (or a whole number of bytes), found a float 1.5
 policy.toml:11: resources.memory: bad size "12XB": want a number with a unit B, KiB, MiB, GiB or TiB (e.g. 512MiB)

@@ -87,7 +87,25 @@ type Sandbox struct {
 	GID int `toml:"gid"`
 	// Hostname inside the sandbox's UTS namespace.
 	Hostname string `toml:"hostname"`
+	// Isolation is how the sandbox is made: IsolationNamespaces,
+	// IsolationLandlock or IsolationAuto (docs/ISOLATION.md).
+	Isolation string `toml:"isolation"`
 }
+
+// Isolation modes (sandbox.isolation).
+const (
+	// IsolationNamespaces: new user, mount, pid, net, ipc, uts and cgroup
+	// namespaces, plus Landlock and seccomp.
+	IsolationNamespaces = "namespaces"
+	// IsolationLandlock: no namespaces; Landlock, seccomp, rlimits and a
+	// subreaper on the host's own filesystem, processes and network, for
+	// hosts where user namespaces cannot be created.
+	IsolationLandlock = "landlock"
+	// IsolationAuto: namespaces where user namespaces can be created, else
+	// landlock with a one-time warning (best-effort enforcement) or a
+	// refusal (strict).
+	IsolationAuto = "auto"
+)
 
 // Filesystem is the FILESYSTEM area.
 type Filesystem struct {
@@ -253,7 +271,7 @@ func Default() *Policy {
 	return &Policy{
 		Version:     1,
 		Enforcement: EnforceBestEffort,
-		Sandbox:     Sandbox{UID: 1000, GID: 1000, Hostname: "hutch"},
+		Sandbox:     Sandbox{UID: 1000, GID: 1000, Hostname: "hutch", Isolation: IsolationNamespaces},
 		Filesystem: Filesystem{
 			Tooling:   ToolingHost,
 			Protected: []string{".git/hooks", ".git/config"},

@@ -38,6 +38,9 @@ func (p *Policy) Marshal() ([]byte, error) {
 	w("# User and group id, %d..%d: the command is never root.\n", MinUID, MaxUID)
 	w("uid = %d\ngid = %d\n", s.UID, s.GID)
 	w("hostname = %s\n", q(s.Hostname))
+	w("# %q, %q (no namespaces: Landlock, seccomp and rlimits only; docs/ISOLATION.md)\n", IsolationNamespaces, IsolationLandlock)
+	w("# or %q (namespaces where user namespaces can be made, else landlock).\n", IsolationAuto)
+	w("isolation = %s\n", q(s.Isolation))
 
 	f := &p.Filesystem
 	w("\n# FILESYSTEM: what the command sees.\n[filesystem]\n")

@@ -80,6 +80,11 @@ func (v *validator) sandbox(s *Sandbox) {
 	if !validHostname(s.Hostname) {
 		v.bad("sandbox.hostname", "%q is not a valid hostname: want at most %d characters of dot-separated labels, each 1 to 63 letters, digits and hyphens, not starting or ending with a hyphen", s.Hostname, MaxHostname)
 	}
+	switch s.Isolation {
+	case "", IsolationNamespaces, IsolationLandlock, IsolationAuto: // "": namespaces
+	default:
+		v.bad("sandbox.isolation", "must be %q, %q or %q, not %q", IsolationAuto, IsolationNamespaces, IsolationLandlock, s.Isolation)
+	}
 }
 
 func (v *validator) filesystem(f *Filesystem) {

@@ -361,6 +361,9 @@ func plan(p *Profile, notify bool) *compilePlan {
 	var order []int32
 	for _, r := range p.rules() {
 		act, quiet := scmpAction(r.action, r.errno, notify)
+		if notify && r.action == ActErrno && strings.HasPrefix(r.comment, QuietPrefix) {
+			act, quiet = seccomp.ActErrno.SetReturnCode(int16(r.errno)), true
+		}
 		pr := planned{r: r, act: act, quiet: quiet}
 		g := groups[r.nr]
 		if g == nil {

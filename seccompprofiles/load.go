@@ -34,6 +34,9 @@ type LoadOptions struct {
 	Strict bool
 	// Ptrace allows the tracing calls (AllowPtrace).
 	Ptrace bool
+	// HostNetwork restricts socket(2) for a sandbox on the host's network
+	// (HostNetwork: the landlock isolation).
+	HostNetwork bool
 	// Store keeps compiled filters; nil compiles every time.
 	Store *store.Store
 	// Logger receives debug records of hits and misses; nil discards them.
@@ -103,6 +106,9 @@ func Load(ctx context.Context, o LoadOptions) (*Filter, error) {
 	if o.Ptrace {
 		prof = AllowPtrace(prof)
 	}
+	if o.HostNetwork {
+		prof = HostNetwork(prof)
+	}
 	f, err := Compile(prof, Options{Notify: o.Notify, Strict: o.Strict})
 	if err != nil {
 		return nil, fmt.Errorf("seccomp profile %s: %w", name, err)
@@ -138,6 +144,9 @@ func entryKey(raw []byte, o LoadOptions) string {
 	fmt.Fprintf(h, "%d:", len(raw))
 	h.Write(raw)
 	fmt.Fprintf(h, "\x00notify=%v watch=%v strict=%v ptrace=%v\x00", o.Notify, o.WatchNetwork, o.Strict, o.Ptrace)
+	if o.HostNetwork {
+		h.Write([]byte("hostnet\x00")) // only then: the keys of existing entries stay valid
+	}
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
 		h.Write(u.Release[:])

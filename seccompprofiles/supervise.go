@@ -38,7 +38,11 @@ func NotifyPair() (mine, child *os.File, err error) {
 // command recFor names from the calling thread's id as the supervisor sees
 // it (one listener may serve many commands); so does every watched
 // connection around the egress proxy (NetVerdict). It closes sock.
-func ServeListener(ctx context.Context, sock *os.File, f *Filter, profile string, recFor func(tid uint32) *seclog.Recorder) {
+//
+// proxyPorts, for a sandbox on the host's network (the landlock isolation),
+// are the egress proxy's ports on the host's loopback: a loopback
+// destination on any other port is a direct connection too.
+func ServeListener(ctx context.Context, sock *os.File, f *Filter, profile string, recFor func(tid uint32) *seclog.Recorder, proxyPorts ...uint16) {
 	defer sock.Close()
 	buf := make([]byte, 8)
 	oob := make([]byte, unix.CmsgSpace(4))
@@ -71,7 +75,7 @@ func ServeListener(ctx context.Context, sock *os.File, f *Filter, profile string
 	lfd := fds[0]
 	defer unix.Close(lfd)
 	watch := func(n Notification, mem MemReader) Verdict {
-		return NetVerdict(recFor(n.Pid), n, mem)
+		return netVerdict(recFor(n.Pid), n, mem, proxyPorts)
 	}
 	_ = ServeWatch(ctx, lfd, f, watch, func(d Denial, n Notification) {
 		errno := unix.Errno(d.Errno)
@@ -98,6 +102,9 @@ func ServeListener(ctx context.Context, sock *os.File, f *Filter, profile string
 func denialHint(name string) string {
 	if slices.Contains(PtraceCalls, name) {
 		return PtraceHint
+	}
+	if name == "socket" || name == "listen" {
+		return "only TCP through the egress proxy is allowed (in the landlock isolation, no unix, UDP or raw sockets: docs/ISOLATION.md); see docs/SECCOMP.md"
 	}
 	return "see docs/SECCOMP.md"
 }
@@ -132,6 +139,8 @@ func DescribeCall(name string, a [6]uint64) string {
 		if len(ns) > 0 {
 			return name + " " + strings.Join(ns, "|")
 		}
+	case "socket":
+		return "socket " + socketFamily(a[0]) + " " + socketType(a[1])
 	case "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_send_signal":
 		if a[0] == 1 {
 			return name + " of the sandbox's init (pid 1)"
@@ -155,6 +164,14 @@ func argsHex(a [6]uint64) string {
 // becomes a security event on rec. The network namespace, which has no
 // route out, is what enforces this; the watch makes the attempt visible.
 func NetVerdict(rec *seclog.Recorder, n Notification, mem MemReader) Verdict {
+	return netVerdict(rec, n, mem, nil)
+}
+
+// netVerdict is NetVerdict; with proxyPorts (a sandbox on the host's
+// network) loopback continues only to those ports, where Landlock lets the
+// call through, and any other loopback destination is reported and fails
+// (Landlock would fail it too).
+func netVerdict(rec *seclog.Recorder, n Notification, mem MemReader, proxyPorts []uint16) Verdict {
 	ptr, size, proto := n.Args[1], n.Args[2], "TCP connection"
 	if n.Syscall == unix.SYS_SENDTO {
 		ptr, size, proto = n.Args[4], n.Args[5], "UDP datagram"
@@ -171,7 +188,7 @@ func NetVerdict(rec *seclog.Recorder, n Notification, mem MemReader) Verdict {
 		return Verdict{Continue: true}
 	}
 	a := addr.Unmap()
-	if a.IsLoopback() || a.IsUnspecified() {
+	if (a.IsLoopback() || a.IsUnspecified()) && (proxyPorts == nil || slices.Contains(proxyPorts, port)) {
 		return Verdict{Continue: true}
 	}
 	if n.Syscall == unix.SYS_CONNECT {
@@ -208,4 +225,38 @@ func parseSockaddr(b []byte) (netip.Addr, uint16, bool) {
 		return netip.AddrFrom16([16]byte(b[8:24])), binary.BigEndian.Uint16(b[2:4]), true
 	}
 	return netip.Addr{}, 0, false
+}
+
+// socketFamily names a socket(2) address family.
+func socketFamily(f uint64) string {
+	switch f {
+	case unix.AF_UNIX:
+		return "AF_UNIX"
+	case unix.AF_INET:
+		return "AF_INET"
+	case unix.AF_INET6:
+		return "AF_INET6"
+	case unix.AF_NETLINK:
+		return "AF_NETLINK"
+	case unix.AF_PACKET:
+		return "AF_PACKET"
+	case unix.AF_VSOCK:
+		return "AF_VSOCK"
+	}
+	return fmt.Sprintf("family %d", f)
+}
+
+// socketType names a socket(2) type, without its flags.
+func socketType(t uint64) string {
+	switch t & 0xf {
+	case unix.SOCK_STREAM:
+		return "SOCK_STREAM"
+	case unix.SOCK_DGRAM:
+		return "SOCK_DGRAM"
+	case unix.SOCK_RAW:
+		return "SOCK_RAW"
+	case unix.SOCK_SEQPACKET:
+		return "SOCK_SEQPACKET"
+	}
+	return fmt.Sprintf("type %d", t&0xf)
 }

@@ -113,6 +113,9 @@ type Reply struct {
 	// stream that came before the ones kept.
 	StdoutDropped int64 `json:"stdout_dropped,omitempty"`
 	StderrDropped int64 `json:"stderr_dropped,omitempty"`
+	// Isolation and IsolationLimits (exit): see hutch.Result.
+	Isolation       string   `json:"isolation,omitempty"`
+	IsolationLimits []string `json:"isolation_limits,omitempty"`
 }
 
 // Info describes a running session.

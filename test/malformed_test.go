@@ -178,7 +178,7 @@ func TestMalformedInput(t *testing.T) {
 		pol("unknown-in-table.toml", "[filesystem]\ntmpsize = \"1GiB\"\n", `2: unknown key "filesystem.tmpsize" (valid keys in [filesystem]: tooling, workspace, workspace_at, protected, read_only, tmp_size, home_size, shm_size, sys)`),
 		pol("unknown-in-entry.toml", "[[network.allow]]\nhost = \"a.example.com\"\nreason = \"r\"\nport = 443\n", `4: unknown key "network.allow[0].port" (valid keys in [[network.allow]]: host, ports, addresses, reason)`),
 		pol("unknown-in-bind.toml", "[[filesystem.read_only]]\nsrc = \"/srv\"\n", `2: unknown key "filesystem.read_only[0].src" (valid keys in [[filesystem.read_only]]: source, target)`),
-		pol("unknown-nested.toml", "[sandbox.extra.deep]\nz = 1\n", `1: unknown key "sandbox.extra" (valid keys in [sandbox]: uid, gid, hostname)`),
+		pol("unknown-nested.toml", "[sandbox.extra.deep]\nz = 1\n", `1: unknown key "sandbox.extra" (valid keys in [sandbox]: uid, gid, hostname, isolation)`),
 		pol("the-key-dash.toml", "- = 1\n", `1: unknown key "-" (valid top-level keys: `),
 		// Types.
 		pol("version-string.toml", "version = \"1\"\n", `1: version: want an integer, found a string`),
@@ -254,7 +254,7 @@ func TestMalformedInput(t *testing.T) {
 		pol("set-bad-name.toml", "[environment.set]\n\"A.B\" = \"x\"\n", `2: environment.set."A.B": "A.B" is not a variable name: want letters, digits and underscores, not starting with a digit`),
 		pol("profile-tilde.toml", "[seccomp]\nprofile = \"~/p.json\"\n", `2: seccomp.profile: "~/p.json": "~" is not expanded: write the path out in full`),
 		pol("every-problem.toml", "[sandbox]\nuid = \"x\"\nbogus = 1\n[resources]\nmemory = \"12XB\"\n",
-			"2: sandbox.uid: want an integer, found a string\n"+filepath.Join(dir, "every-problem.toml")+`:3: unknown key "sandbox.bogus" (valid keys in [sandbox]: uid, gid, hostname)`+"\n"+
+			"2: sandbox.uid: want an integer, found a string\n"+filepath.Join(dir, "every-problem.toml")+`:3: unknown key "sandbox.bogus" (valid keys in [sandbox]: uid, gid, hostname, isolation)`+"\n"+
 				filepath.Join(dir, "every-problem.toml")+`:5: resources.memory: bad size "12XB"`),
 		{"run --policy (exit 125)", run("--policy", file("run-uid-0.toml", "[sandbox]\nuid = 0\n"), "--", "true"), 125, `run-uid-0.toml:2: sandbox.uid: must be between 1 and 65533, not 0`},
 		{"session start --policy (exit 125)", []string{"session", "start", "--policy", file("start-mode.toml", "[network]\nmode = \"x\"\n")}, 125, `start-mode.toml:2: network.mode: must be "proxy" or "none", not "x"`},

@@ -38,12 +38,18 @@ type doctorReport struct {
 	Container      *containerReport  `json:"container,omitempty"`
 	Areas          map[string]string `json:"areas"`
 	CanSandbox     bool              `json:"can_sandbox"`
+	// Landlock isolation (sandbox.isolation = "landlock", the fallback of
+	// "auto"): whether such a sandbox can be made here, and what it does
+	// not give that namespaces do.
+	LandlockSandbox string   `json:"landlock_isolation"` // "ok" or why not
+	LandlockLimits  []string `json:"landlock_isolation_limits"`
+	CanSandboxNoNS  bool     `json:"can_sandbox_landlock"`
 }
 
 func doctorCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "doctor",
-		Usage: "say what a sandbox gets on this host for this user, and what is not enforced; exit 1 when no sandbox can be made",
+		Usage: "say what a sandbox gets on this host for this user, and what is not enforced; exit 1 when no sandbox can be made with namespaces (landlock_isolation says whether one can without)",
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 			&cli.BoolFlag{Name: containerSeccompFlag, Usage: "print the seccomp profile a container needs for hutch (Docker's default plus what hutch needs) as JSON, and how to use it on stderr"}},
 		Action: func(c *cli.Context) error {
@@ -91,26 +97,12 @@ func diagnose(ctx context.Context) *doctorReport {
 	// The real test: make a sandbox and run a command in it (this also
 	// proves the pid namespace's /proc mount, pivot_root, Landlock and
 	// seccomp loading).
-	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-	defer devnull.Close()
-	p := policy.Default()
-	p.Network.DiscoverRegistries = false
 	dir, _ := os.MkdirTemp("", "hutch-doctor-")
 	defer os.RemoveAll(dir)
-	p.Filesystem.Workspace = dir
-	p.Filesystem.Protected = nil
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	res, err := hutch.Run(cctx, &hutch.RunOptions{Policy: p, Argv: []string{"true"}, Stdin: devnull, Stdout: devnull, Stderr: devnull})
-	switch {
-	case err != nil:
-		r.Sandbox = "cannot be made: " + err.Error()
-	case res.ExitCode != 0:
-		r.Sandbox = fmt.Sprintf("made, but `true` exited %d: %s", res.ExitCode, strings.Join(res.Messages, "; "))
-	default:
-		r.Sandbox = "ok"
-		r.CanSandbox = true
-	}
+	r.Sandbox, r.CanSandbox = doctorRun(ctx, policy.IsolationNamespaces, dir)
+
+	r.LandlockSandbox, r.CanSandboxNoNS = doctorRun(ctx, policy.IsolationLandlock, dir)
+	r.LandlockLimits = plan.LandlockDifferences
 
 	st := landlock.Probe()
 	r.LandlockABI = st.ABI
@@ -214,6 +206,12 @@ func printDoctor(r *doctorReport) {
 		}
 	}
 	row("landlock", r.Landlock)
+	row("landlock isolation", r.LandlockSandbox+" (sandbox.isolation = \"landlock\", or \"auto\" where namespaces cannot be made)")
+	if r.CanSandboxNoNS {
+		for _, d := range r.LandlockLimits {
+			row("", "unlike namespaces: "+d)
+		}
+	}
 	row("seccomp", r.Seccomp)
 	row("seccomp notify", r.SeccompNotify)
 	row("overlayfs", r.Overlayfs)
@@ -224,4 +222,26 @@ func printDoctor(r *doctorReport) {
 	for _, a := range []string{"FILESYSTEM", "RESOURCES", "NETWORK", "LIFECYCLE"} {
 		row(a, r.Areas[a])
 	}
+}
+
+// doctorRun makes a sandbox with isolation iso (workspace dir) and runs
+// `true` in it: "ok", or why not.
+func doctorRun(ctx context.Context, iso, dir string) (string, bool) {
+	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	defer devnull.Close()
+	p := policy.Default()
+	p.Network.DiscoverRegistries = false
+	p.Filesystem.Workspace = dir
+	p.Filesystem.Protected = nil
+	p.Sandbox.Isolation = iso
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res, err := hutch.Run(cctx, &hutch.RunOptions{Policy: p, Argv: []string{"true"}, Stdin: devnull, Stdout: devnull, Stderr: devnull})
+	switch {
+	case err != nil:
+		return "cannot be made: " + err.Error(), false
+	case res.ExitCode != 0:
+		return fmt.Sprintf("made, but `true` exited %d: %s", res.ExitCode, strings.Join(res.Messages, "; ")), false
+	}
+	return "ok", true
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/hutchsandbox/hutch/egress"
 	// The C fast path of `hutch exec` (a constructor; see its package doc).
 	_ "github.com/hutchsandbox/hutch/execclient"
+	"github.com/hutchsandbox/hutch/nsjail"
 	"github.com/hutchsandbox/hutch/nsjail/prestart"
 	"github.com/hutchsandbox/hutch/plan"
 	"github.com/hutchsandbox/hutch/policy"
@@ -124,6 +125,7 @@ func policyFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "allow", Usage: "allowlist `HOST[:PORT][=ADDR]` for this run (port default 443; =ADDR pins the name to that address; repeatable)"},
 		&cli.BoolFlag{Name: "no-discover", Usage: "do not allowlist the package registries the host's tools are configured to use"},
 		&cli.StringSliceFlag{Name: "publish", Usage: "forward the host's `[ADDR:]HOSTPORT:PORT` to PORT on the sandbox's loopback (ADDR default 127.0.0.1; repeatable)"},
+		&cli.StringFlag{Name: "isolation", Usage: "how the sandbox is made: namespaces, landlock (no namespaces: Landlock, seccomp and rlimits only, for hosts without user namespaces; docs/ISOLATION.md) or auto"},
 	}
 }
 
@@ -189,6 +191,9 @@ func effectivePolicy(c *cli.Context, workspaceAt string) (*policy.Policy, error)
 	}
 	if c.IsSet("allow-ptrace") {
 		p.Seccomp.Ptrace = c.Bool("allow-ptrace")
+	}
+	if v := c.String("isolation"); v != "" {
+		p.Sandbox.Isolation = v
 	}
 	for _, a := range c.StringSlice("allow") {
 		e, err := allowFlag(a)
@@ -427,7 +432,7 @@ func policyCommand() *cli.Command {
 					// Every check run makes before it starts anything: the
 					// host facts and the plan (workspace, rootfs, bind
 					// sources, strict enforcement), the seccomp profile.
-					h, err := plan.Gather(p, plan.GatherOptions{Env: os.Environ()})
+					h, err := plan.Gather(p, plan.GatherOptions{Env: os.Environ(), ProbeUserns: nsjail.ProbeUserNamespaces})
 					if err == nil {
 						_, err = plan.Build(p, h, nil)
 					}

@@ -15,6 +15,7 @@ import (
 	"github.com/hutchsandbox/hutch"
 	"github.com/hutchsandbox/hutch/cgroup"
 	"github.com/hutchsandbox/hutch/mounts"
+	"github.com/hutchsandbox/hutch/nsjail"
 	"github.com/hutchsandbox/hutch/plan"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seclog"
@@ -46,7 +47,7 @@ func planCommand() *cli.Command {
 			if c.NArg() > 0 {
 				req = &plan.Request{Argv: c.Args().Slice(), Cwd: c.String("cwd"), HostCwd: hostCwd(), ExtraEnv: c.StringSlice("env")}
 			}
-			h, err := plan.Gather(p, plan.GatherOptions{Env: os.Environ(), SecurityLog: logPath})
+			h, err := plan.Gather(p, plan.GatherOptions{Env: os.Environ(), SecurityLog: logPath, ProbeUserns: nsjail.ProbeUserNamespaces})
 			if err != nil {
 				return &exitError{hutch.ExitSetup, "hutch: cannot plan the sandbox: " + err.Error()}
 			}
@@ -97,8 +98,17 @@ func printPlan(w io.Writer, sb *plan.Sandbox) {
 		item("not protected: %s", u)
 	}
 	id := sb.Identity
-	sec("identity", "uid %d gid %d (%s), HOME %s, hostname %s; no capabilities, no_new_privs", id.UID, id.GID, id.User, id.Home, id.Hostname)
-	sec("mounts", "a new root (tmpfs, %s, read-only once built), built on the host's %s:", cgroup.FormatBytes(sb.Mounts.RootSize), sb.Mounts.Stage)
+	if sb.Isolation == policy.IsolationLandlock {
+		sec("isolation", "landlock: no namespaces; the host's filesystem, processes and network, restricted by Landlock and seccomp (docs/ISOLATION.md); unlike namespaces:")
+		for _, d := range sb.Differences {
+			item("%s", d)
+		}
+		sec("identity", "the invoking user (uid %d gid %d), HOME and TMPDIR in a private scratch directory made at launch; no capabilities, no_new_privs", id.UID, id.GID)
+		sec("mounts", "none")
+	} else {
+		sec("identity", "uid %d gid %d (%s), HOME %s, hostname %s; no capabilities, no_new_privs", id.UID, id.GID, id.User, id.Home, id.Hostname)
+		sec("mounts", "a new root (tmpfs, %s, read-only once built), built on the host's %s:", cgroup.FormatBytes(sb.Mounts.RootSize), sb.Mounts.Stage)
+	}
 	for _, s := range sb.Mounts.Steps {
 		item("%s", describeStep(s))
 	}
@@ -177,6 +187,8 @@ func printPlan(w io.Writer, sb *plan.Sandbox) {
 	n := sb.Network
 	if n.Proxy == nil {
 		sec("network", "%s: loopback only, no way out", n.Mode)
+	} else if sb.Isolation == policy.IsolationLandlock {
+		sec("network", "%s: the host's network; TCP connect only to hutch's proxy on ephemeral ports of the host's 127.0.0.1 (chosen at launch), no other socket", n.Mode)
 	} else {
 		sec("network", "%s: loopback only; egress through hutch's proxy on 127.0.0.1:%d (HTTP), :%d (SOCKS5); DNS on :%d refused", n.Mode, n.Proxy.HTTP, n.Proxy.SOCKS, n.Proxy.DNS)
 		for _, a := range n.Allow {

@@ -104,7 +104,7 @@ var flagKeys = map[string]string{
 	"filesystem.workspace": "workspace", "filesystem.workspace_at": "workspace-at", "filesystem.tooling": "tooling", "filesystem.tmp_size": "tmp-size",
 	"resources.memory": "memory", "resources.pids": "pids", "resources.cpus": "cpus", "resources.timeout": "timeout",
 	"network.mode": "net", "seccomp.profile": "seccomp-profile",
-	"seccomp.ptrace": "allow-ptrace",
+	"seccomp.ptrace": "allow-ptrace", "sandbox.isolation": "isolation",
 }
 
 // nameFlags rewrites the problems of the effective policy that flags
