@@ -49,8 +49,12 @@ func Message(fs []Finding) string {
 	for i, f := range fs {
 		parts[i] = f.String()
 	}
-	return strings.Join(parts, "; and ") + " (see " + Docs + ")"
+	return strings.Join(parts, "; and ") + " (see " + Docs + "); where none of that can be changed, --isolation landlock (or sandbox.isolation = \"auto\") makes a sandbox without namespaces, which gives less (" + IsolationDocs + ")"
 }
+
+// IsolationDocs compares the namespace jail with the sandbox without
+// namespaces.
+const IsolationDocs = "docs/ISOLATION.md"
 
 // Diagnose says what, among the facts, explains the failure (or, with
 // NoFailure, what would stop a sandbox), most basic first: a sysctl or

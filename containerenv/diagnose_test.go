@@ -100,8 +100,8 @@ func TestDiagnose(t *testing.T) {
 					t.Errorf("finding %d fix = %q, want it to contain %q", i, f.Fix, tc.want.fixes[i])
 				}
 			}
-			if msg := Message(got); len(got) > 0 && !strings.HasSuffix(msg, "(see docs/DEPLOY.md)") {
-				t.Errorf("Message = %q, want the pointer to docs/DEPLOY.md", msg)
+			if msg := Message(got); len(got) > 0 && (!strings.Contains(msg, "(see docs/DEPLOY.md)") || !strings.HasSuffix(msg, "--isolation landlock (or sandbox.isolation = \"auto\") makes a sandbox without namespaces, which gives less (docs/ISOLATION.md)")) {
+				t.Errorf("Message = %q, want the pointer to docs/DEPLOY.md and the way to a sandbox without namespaces", msg)
 			}
 		})
 	}

@@ -380,12 +380,22 @@ func TestNestedContainerDockerDefaults(t *testing.T) {
 			"hostUsers: false", "localhostProfile: hutch.json", "procMount: Unmasked"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			script := "/hutch run --no-discover -- true; echo hutch-exit=$?; /hutch doctor; echo doctor-exit=$?"
+			script := "/hutch run --no-discover -- true; echo hutch-exit=$?; /hutch doctor; echo doctor-exit=$?" +
+				// The way out the message gives: a sandbox without namespaces.
+				"; /hutch run --no-discover --isolation auto -- sh -c 'touch /usr/x 2>/dev/null || echo auto-tooling=readonly'; echo auto-exit=$?"
 			b := newBundle(t, runc, containerShape{masked: true, seccomp: prof, markers: tc.markers, env: tc.env}, "/bin/sh", "-c", script)
 			code, out, errOut := b.run(t)
 			t.Logf("container exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 			if !strings.Contains(out, "hutch-exit=125") {
 				t.Errorf("hutch run in Docker's default container: want exit 125")
+			}
+			if !strings.Contains(out, "auto-exit=0") || !strings.Contains(out, "auto-tooling=readonly") {
+				t.Errorf("hutch run --isolation auto in Docker's default container: want a sandbox without namespaces (exit 0, tooling read-only)")
+			}
+			for _, s := range []string{"--isolation landlock", "docs/ISOLATION.md", "so the sandbox is made with Landlock"} {
+				if !strings.Contains(errOut, s) {
+					t.Errorf("hutch's messages in Docker's default container lack %q (the way to a sandbox without namespaces, and what it lacks)", s)
+				}
 			}
 			if !strings.Contains(out, "doctor-exit=1") {
 				t.Errorf("hutch doctor in Docker's default container: want exit 1 (no sandbox can be made)")
