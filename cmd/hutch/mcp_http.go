@@ -189,7 +189,8 @@ func serveMCPHTTP(c *cli.Context) error {
 // mcpHTTPHandler is the HTTP side of `hutch mcp --listen`: it logs every
 // request, refuses cross-origin requests from browsers and requests
 // without the token, refuses a new session over the cap before the SDK
-// sees it, and ends a session's sandbox before the SDK's DELETE (which
+// sees it (the cap is the middleware's to keep; this is the common case,
+// with the client's address for the security log), and ends a session's sandbox before the SDK's DELETE (which
 // waits for the session's calls in flight to return).
 type mcpHTTPHandler struct {
 	mcp      http.Handler
@@ -271,8 +272,10 @@ func (h *mcpHTTPHandler) guarded(next http.Handler) http.Handler {
 			if ok && sid == "" && note != nil && note.rpcMethod == "initialize" && h.sessions.full() {
 				h.sessions.recordCap(r.RemoteAddr)
 				h.logger.Warn("mcp http: session refused: at the cap", "max_sessions", h.sessions.max, "remote", r.RemoteAddr)
-				w.Header().Set("Retry-After", "60")
-				writeRPCError(w, http.StatusServiceUnavailable, id, &jsonrpc.Error{Code: codeSessionCap, Message: h.sessions.capMessage()})
+				// The refusal is the initialize's JSON-RPC error, as the SDK
+				// would answer, with status 200: the clients show its message
+				// (the Go SDK's drops the body of a 503 as a transient error).
+				writeRPCError(w, http.StatusOK, id, &jsonrpc.Error{Code: codeSessionCap, Message: h.sessions.capMessage()})
 				return
 			}
 		case http.MethodDelete:
