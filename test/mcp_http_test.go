@@ -383,31 +383,44 @@ func TestMCPHTTPIdleExpiry(t *testing.T) {
 }
 
 // SIGTERM ends every session: the command running in a call and the
-// background ones are killed, nothing is left, and the server exits 0.
+// background ones are killed, no process or cgroup (root: the cgroup v1
+// backend) is left, and the server exits 0.
 func TestMCPHTTPShutdown(t *testing.T) {
-	m := startHTTPMCP(t, opts{}, false)
-	ctx := context.Background()
-	a, b := m.mustConnect(ctx), m.mustConnect(ctx)
-	marker := uniqueMarker(t)
-	run(t, a, map[string]any{"command": "sh -c 'sleep 3600' " + marker + "-bg", "background": true})
-	go b.CallTool(ctx, &mcp.CallToolParams{Name: "run_command", Arguments: map[string]any{"command": "sh -c 'sleep 3600' " + marker + "-fg"}})
-	deadline := time.Now().Add(10 * time.Second)
-	for len(processesWith(marker+"-bg")) == 0 || len(processesWith(marker+"-fg")) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the commands did not start; stderr:\n%s", m.log())
+	eachUser(t, func(t *testing.T, o opts) {
+		m := startHTTPMCP(t, o, false)
+		ctx := context.Background()
+		a, b := m.mustConnect(ctx), m.mustConnect(ctx)
+		marker := uniqueMarker(t)
+		run(t, a, map[string]any{"command": "sh -c 'sleep 3600' " + marker + "-bg", "background": true})
+		go b.CallTool(ctx, &mcp.CallToolParams{Name: "run_command", Arguments: map[string]any{"command": "sh -c 'sleep 3600' " + marker + "-fg"}})
+		deadline := time.Now().Add(10 * time.Second)
+		for len(processesWith(marker+"-bg")) == 0 || len(processesWith(marker+"-fg")) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the commands did not start; stderr:\n%s", m.log())
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	pid := m.cmd.Process.Pid
-	start := time.Now()
-	m.stop()
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("the server took %s to stop", d)
-	}
-	waitGone(t, marker, 5*time.Second)
-	if d := descendants(pid); len(d) > 0 {
-		t.Errorf("processes of the server left after it exited: %v", d)
-	}
+		pid := m.cmd.Process.Pid
+		// The cgroups of a sandbox are named after the process that made
+		// them: the server or one of its descendants.
+		makers := append(descendants(pid), pid)
+		start := time.Now()
+		m.stop()
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("the server took %s to stop", d)
+		}
+		waitGone(t, marker, 5*time.Second)
+		if d := descendants(pid); len(d) > 0 {
+			t.Errorf("processes of the server left after it exited: %v", d)
+		}
+		for _, dir := range cgroupDirs() {
+			for _, p := range makers {
+				if strings.HasPrefix(filepath.Base(dir), fmt.Sprintf("hutch-%d-", p)) {
+					t.Errorf("cgroup %s of the server's sandboxes left after it exited", dir)
+				}
+			}
+		}
+	})
 }
 
 // Without --token-file, a non-loopback address is refused, and without
