@@ -130,6 +130,19 @@ func (m *httpMCP) stop() {
 	}
 }
 
+// waitLog waits (bounded) for the server to log line.
+func (m *httpMCP) waitLog(line string) {
+	m.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(m.log(), line) {
+		if time.Now().After(deadline) {
+			m.t.Errorf("the server did not log %s; stderr:\n%s", line, m.log())
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // bearer adds the token to every request.
 type bearer struct {
 	token string
@@ -261,9 +274,7 @@ func TestMCPHTTPSessionPerSandbox(t *testing.T) {
 		if len(processesWith(marker+"-b")) == 0 {
 			t.Fatalf("DELETE of session a ended session b's command too")
 		}
-		if !strings.Contains(m.log(), `msg="mcp http: session ended" session=`+a.ID()+` why="deleted by the client"`) {
-			t.Errorf("no log line for the end of session a; stderr:\n%s", m.log())
-		}
+		m.waitLog(`msg="mcp http: session ended" session=` + a.ID() + ` why="deleted by the client"`)
 		// The request log names method, path, session, status and tool.
 		if !regexp.MustCompile(`msg="mcp http" method=POST path=/mcp session=` + b.ID() + ` remote=127\.0\.0\.1:\d+ status=200 duration=\S+ rpc=tools/call tool=run_command`).MatchString(m.log()) {
 			t.Errorf("no request log line for session b's tools/call; stderr:\n%s", m.log())
@@ -374,11 +385,91 @@ func TestMCPHTTPIdleExpiry(t *testing.T) {
 	}
 	waitGone(t, marker, 15*time.Second)
 	m.waitNoDescendants(10 * time.Second)
-	if !strings.Contains(m.log(), `msg="mcp http: session ended" session=`+s.ID()) {
-		t.Errorf("no log line for the session's end; stderr:\n%s", m.log())
-	}
+	m.waitLog(`msg="mcp http: session ended" session=` + s.ID() + ` why="idle for --idle-timeout 2s"`)
 	if _, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_command", Arguments: map[string]any{"command": "true"}}); err == nil {
 		t.Errorf("a call on an expired session succeeded")
+	}
+}
+
+// A DELETE while a call runs kills the call's command and ends the
+// session at once: it does not wait for the command.
+func TestMCPHTTPDeleteDuringCall(t *testing.T) {
+	m := startHTTPMCP(t, opts{}, false)
+	s := m.mustConnect(context.Background())
+	marker := uniqueMarker(t)
+	type answer struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "run_command", Arguments: map[string]any{"command": "sh -c 'sleep 3600' " + marker}})
+		answered <- answer{res, err}
+	}()
+	// A second call of the session, by plain HTTP: its answer must come
+	// on its event stream before the session closes.
+	raw := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", m.url, strings.NewReader(`{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"run_command","arguments":{"command":"sh -c 'sleep 3600' `+marker+`-raw"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", s.ID())
+		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		req.Header.Set("Authorization", "Bearer "+m.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			raw <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		raw <- string(b)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(processesWith(marker)) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the commands did not start; stderr:\n%s", m.log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The Go SDK's Close waits for the calls in flight before it sends
+	// its DELETE: this one is another client's, or a client's that gave up.
+	req, _ := http.NewRequest("DELETE", m.url, nil)
+	req.Header.Set("Mcp-Session-Id", s.ID())
+	req.Header.Set("Authorization", "Bearer "+m.token)
+	start := time.Now()
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("DELETE: %v; stderr:\n%s", err, m.log())
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Errorf("DELETE: status %d, want 204", resp.StatusCode)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("DELETE took %s with a call running", d)
+	}
+	waitGone(t, marker, 5*time.Second)
+	m.waitNoDescendants(10 * time.Second)
+	select {
+	case a := <-answered:
+		if a.err != nil {
+			t.Fatalf("the call running at the DELETE: %v, want its result; stderr:\n%s", a.err, m.log())
+		}
+		sc, _ := a.res.StructuredContent.(map[string]any)
+		if sc["exit_code"] != float64(125) || !strings.Contains(fmt.Sprint(sc["policy_events"]), "the sandbox ended") {
+			t.Errorf("the call running at the DELETE: %v, want exit code 125 and the sandbox's end in its events", sc)
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("the call running at the DELETE got no answer within 10s; stderr:\n%s", m.log())
+	}
+	select {
+	case body := <-raw:
+		if !strings.Contains(body, `"id":99,"result":`) || !strings.Contains(body, `"exit_code":125`) {
+			t.Errorf("the plain HTTP call running at the DELETE got %q, want its result (exit code 125)", body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("the plain HTTP call running at the DELETE got no answer within 10s")
 	}
 }
 

@@ -197,8 +197,60 @@ type mcpHTTPHandler struct {
 	origin   *http.CrossOriginProtection
 	tokenSum []byte // sha256 of the token; nil: no token
 	sessions *httpSessions
+	posts    postCounter
 	logger   *slog.Logger
 	secLog   *seclog.Log
+}
+
+// deleteGrace bounds how long a DELETE waits for the answers of the
+// session's calls, once their commands are killed.
+const deleteGrace = 3 * time.Second
+
+// postCounter counts the POSTs in progress of each session.
+type postCounter struct {
+	mu   sync.Mutex
+	n    map[string]int
+	zero map[string][]chan struct{} // closed when n[id] drops to 0
+}
+
+func (c *postCounter) start(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n, c.zero = map[string]int{}, map[string][]chan struct{}{}
+	}
+	c.n[id]++
+}
+
+func (c *postCounter) done(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[id]--; c.n[id] > 0 {
+		return
+	}
+	delete(c.n, id)
+	for _, ch := range c.zero[id] {
+		close(ch)
+	}
+	delete(c.zero, id)
+}
+
+// wait waits until session id has no POST in progress, at most d.
+func (c *postCounter) wait(id string, d time.Duration) {
+	c.mu.Lock()
+	if c.n[id] == 0 {
+		c.mu.Unlock()
+		return
+	}
+	ch := make(chan struct{})
+	c.zero[id] = append(c.zero[id], ch)
+	c.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	}
 }
 
 func (h *mcpHTTPHandler) routes() http.Handler {
@@ -268,6 +320,10 @@ func (h *mcpHTTPHandler) guarded(next http.Handler) http.Handler {
 		sid := r.Header.Get("Mcp-Session-Id")
 		switch r.Method {
 		case http.MethodPost:
+			if sid != "" {
+				h.posts.start(sid)
+				defer h.posts.done(sid)
+			}
 			id, ok := peekRPC(r, note)
 			if ok && sid == "" && note != nil && note.rpcMethod == "initialize" && h.sessions.full() {
 				h.sessions.recordCap(r.RemoteAddr)
@@ -279,10 +335,13 @@ func (h *mcpHTTPHandler) guarded(next http.Handler) http.Handler {
 				return
 			}
 		case http.MethodDelete:
-			// The sandbox ends first: its commands are killed, and the
-			// SDK's close of the session, which waits for them, returns.
+			// The sandbox ends first: its commands are killed, the calls
+			// running them are answered (their POSTs end), and then the
+			// SDK closes the session (which would wait for the calls, and
+			// drop the answers of those that end while it closes).
 			if sid != "" && h.sessions.has(sid) {
 				h.sessions.end(sid, "deleted by the client")
+				h.posts.wait(sid, deleteGrace)
 			}
 		}
 		next.ServeHTTP(w, r)

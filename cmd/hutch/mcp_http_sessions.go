@@ -75,7 +75,7 @@ func (s *httpSessions) count() int {
 // recordCap writes a refusal for the cap to the security log.
 func (s *httpSessions) recordCap(remote string) {
 	ev := seclog.Event{
-		Kind: seclog.KindAccess, Rule: "mcp --max-sessions", Subject: fmt.Sprintf("%d sessions", s.max),
+		Kind: seclog.KindAccess, Rule: "mcp --max-sessions", Subject: fmt.Sprintf("--max-sessions %d", s.max),
 		Message: "refused a new MCP session: the server holds its maximum of sessions", Level: slog.LevelWarn,
 	}
 	if remote != "" {
@@ -126,7 +126,11 @@ func (s *httpSessions) middleware(lifetime context.Context) mcp.Middleware {
 					}
 					s.mu.Unlock()
 					if tool == nil {
-						go func() { _ = ss.Wait(); s.end(id, "closed") }()
+						// The SDK closes a session on its DELETE (whose
+						// sandbox has ended by then), at the idle timeout and
+						// when the server stops (whose sandboxes closeAll
+						// ends first): what is left to end here is idle.
+						go func() { _ = ss.Wait(); s.end(id, "idle for --idle-timeout "+s.idle.String()) }()
 						s.logger.Info("mcp http: session started", "session", id, "sessions", s.count())
 						return res, nil
 					}
