@@ -11,14 +11,12 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 
-const TEST_UID = 65534;
-const asRoot = process.getuid() === 0;
+import { TEST_UID, asRoot, userDir as makeUserDir, hutchCommand, hutchEnv } from './hutch.js';
 
 let server;
 let exited;
@@ -28,14 +26,7 @@ let stderrLog = '';
 const tmpDirs = [];
 const clients = [];
 
-// A directory the hutch user owns, reachable through a traversable chain.
-function userDir(prefix) {
-  const d = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
-  tmpDirs.push(d);
-  fs.chmodSync(d, 0o755);
-  if (asRoot) fs.chownSync(d, TEST_UID, TEST_UID);
-  return d;
-}
+const userDir = (prefix) => makeUserDir(tmpDirs, prefix);
 
 before(async () => {
   const src = process.env.HUTCH_BIN;
@@ -53,19 +44,8 @@ before(async () => {
 
   const hutchArgs = ['mcp', '--listen', '127.0.0.1:0', '--token-file', tokenFile, '--workspace', workspace,
     '--security-log', path.join(state, 'security.log')];
-  const command = asRoot ? 'setpriv' : bin;
-  const args = asRoot ? [`--reuid=${TEST_UID}`, `--regid=${TEST_UID}`, '--clear-groups', bin, ...hutchArgs] : hutchArgs;
-  server = spawn(command, args, {
-    cwd: workspace,
-    env: {
-      PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-      HOME: state,
-      XDG_STATE_HOME: path.join(state, 'state'),
-      XDG_CACHE_HOME: path.join(state, 'cache'),
-      LANG: 'C.UTF-8',
-    },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
+  const { command, args } = hutchCommand(bin, hutchArgs);
+  server = spawn(command, args, { cwd: workspace, env: hutchEnv(state), stdio: ['ignore', 'ignore', 'pipe'] });
   exited = new Promise((resolve) => server.on('exit', (code, signal) => resolve({ code, signal })));
   url = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`hutch mcp --listen said no URL within 30s; stderr:\n${stderrLog}`)), 30000);
