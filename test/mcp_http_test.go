@@ -3,8 +3,16 @@ package test
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -34,7 +42,7 @@ type httpMCP struct {
 	err    error
 }
 
-var serveURL = regexp.MustCompile(`url=(http://\S+)`)
+var serveURL = regexp.MustCompile(`url=(https?://\S+)`)
 
 // startHTTPMCP starts `hutch mcp --listen 127.0.0.1:0` (or the address of
 // extra's first two words "--listen" ADDR) with a token file (unless
@@ -316,6 +324,42 @@ func TestMCPHTTPAuth(t *testing.T) {
 				tc.name, resp.StatusCode, resp.Header.Get("WWW-Authenticate"), resp.Header.Get("Mcp-Session-Id"), msg, tc.challenge)
 		}
 	}
+	// Browsers are kept out even with the token: a cross-origin request,
+	// and a Host that is not loopback on the loopback address (DNS
+	// rebinding).
+	for _, tc := range []struct{ name, header, value string }{
+		{"origin", "Origin", "http://evil.example"},
+		{"fetch-site", "Sec-Fetch-Site", "cross-site"},
+		{"host", "Host", "evil.example"},
+	} {
+		req, _ := http.NewRequest("POST", m.url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+m.token)
+		if tc.header == "Host" {
+			req.Host = tc.value
+		} else {
+			req.Header.Set(tc.header, tc.value)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || resp.Header.Get("Mcp-Session-Id") != "" {
+			t.Errorf("%s %s: status %d, session %q; want 403 and no session", tc.header, tc.value, resp.StatusCode, resp.Header.Get("Mcp-Session-Id"))
+		}
+	}
+	// The probe needs no token and says nothing else.
+	if resp, err := http.Get(strings.TrimSuffix(m.url, "/mcp") + "/healthz"); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "ok\n" {
+			t.Errorf("GET /healthz: %d %q, want 200 ok", resp.StatusCode, b)
+		}
+	}
 	if s, err := m.connect(context.Background(), m.token+"x"); err == nil {
 		s.Close()
 		t.Fatal("the MCP client connected with a wrong token")
@@ -516,7 +560,8 @@ func TestMCPHTTPShutdown(t *testing.T) {
 
 // Without --token-file, a non-loopback address is refused, and without
 // TLS too, unless --allow-plain-http: exit 125, the flag named, nothing
-// left listening.
+// left listening. With the token and --allow-plain-http, or TLS, it
+// serves.
 func TestMCPHTTPNonLoopback(t *testing.T) {
 	ws := userDir(t)
 	tf := filepath.Join(userDir(t), "token")
@@ -551,4 +596,55 @@ func TestMCPHTTPNonLoopback(t *testing.T) {
 	s := m.mustConnect(context.Background())
 	run(t, s, map[string]any{"command": "true"})
 	s.Close()
+
+	// With --tls-cert and --tls-key it serves HTTPS.
+	certFile, keyFile, pool := selfSigned(t)
+	m = startHTTPMCP(t, opts{}, false, "--listen", "0.0.0.0:0", "--tls-cert", certFile, "--tls-key", keyFile)
+	if !strings.HasPrefix(m.url, "https://") {
+		t.Fatalf("serving at %s, want https", m.url)
+	}
+	m.url = "https://127.0.0.1:" + m.url[strings.LastIndexByte(m.url, ':')+1:]
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil)
+	s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: m.url, HTTPClient: &http.Client{Transport: bearer{m.token, tr}}, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatalf("connect over TLS: %v; stderr:\n%s", err, m.log())
+	}
+	run(t, s, map[string]any{"command": "true"})
+	s.Close()
+	if resp, err := http.Get("http://" + strings.TrimPrefix(m.url, "https://")); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode < 400 {
+			t.Errorf("plain HTTP to the TLS server: status %d", resp.StatusCode)
+		}
+	}
+}
+
+// selfSigned writes a self-signed certificate for 127.0.0.1 and its key,
+// owned by the test user, and returns their paths and a pool trusting it.
+func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := userDir(t)
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	writeUserFile(t, certFile, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	writeUserFile(t, keyFile, string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})))
+	os.Chmod(keyFile, 0o600)
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
 }

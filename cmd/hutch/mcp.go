@@ -207,6 +207,10 @@ func newMCPServerWith(lifetime context.Context, tool *agent.Tool, toolOf toolLoo
 		if err != nil {
 			return toolError(fmt.Errorf("hutch: %w", err)), nil
 		}
+		logger := logger
+		if req.Session != nil && req.Session.ID() != "" { // over HTTP: which session
+			logger = logger.With("session", req.Session.ID())
+		}
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		defer context.AfterFunc(lifetime, cancel)()
