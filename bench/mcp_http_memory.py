@@ -14,7 +14,10 @@ session's sandbox supervisor, init, egress proxy and commands) three times:
 The sums of Pss (from /proc/PID/smaps_rollup: shared pages divided among
 the processes that share them, so the sum is what the tree costs) and of
 VmRSS (shared pages counted in every process) are printed as a Markdown
-table, with the increments per session and per command.
+table, with the increments per session and per command. As root (--as-root:
+the cgroup v1 backend) it also sums what the kernel charges the sandboxes'
+memory cgroups (memory.usage_in_bytes), which counts the kernel memory and
+tmpfs pages that Pss does not.
 
     make build && sudo python3 bench/mcp_http_memory.py [--as-root] [N ...]
 """
@@ -53,8 +56,10 @@ def descendants(pid):
 
 
 def memory(pid):
-    """Sum of Pss and of Rss in KiB over pid and its descendants, and the count."""
+    """Sums of Pss and of Rss in KiB over pid and its descendants, their
+    count, and what the sandboxes' memory cgroups are charged (KiB, or None)."""
     pss = rss = n = 0
+    cg = cgroup_memory(pid)
     for p in [pid] + descendants(pid):
         try:
             with open(f'/proc/{p}/smaps_rollup') as f:
@@ -66,7 +71,27 @@ def memory(pid):
             n += 1
         except OSError:
             pass
-    return pss, rss, n
+    return pss, rss, n, cg
+
+
+def cgroup_memory(pid):
+    """Sum of memory.usage_in_bytes in KiB of the v1 memory cgroups that the
+    server (pid) made for its sandboxes (hutch-PID-START-NAME): what the
+    kernel charges them, kernel memory and tmpfs included; None without."""
+    total, found = 0, False
+    for root, dirs, _ in os.walk('/sys/fs/cgroup/memory'):
+        for d in list(dirs):
+            if d.startswith(f'hutch-{pid}-'):
+                try:
+                    with open(os.path.join(root, d, 'memory.usage_in_bytes')) as f:
+                        total += int(f.read()) // 1024
+                    found = True
+                except OSError:
+                    pass
+                dirs.remove(d)
+        if root.count('/') > 8:
+            dirs.clear()
+    return total if found else None
 
 
 class Session:
@@ -182,6 +207,7 @@ def main():
     print()
     print('| sessions | server alone | N idle sessions | per idle session | N running `sleep` | per running command | processes (idle / running) |')
     print('|---|---|---|---|---|---|---|')
+    cgroups = []
     for n in counts:
         base, idle, busy = measure(hutch, n, as_root)
         mib = lambda kb: kb / 1024
@@ -189,6 +215,15 @@ def main():
               f'| {mib(idle[0] - base[0]) / n:.2f} / {mib(idle[1] - base[1]) / n:.2f} '
               f'| {mib(busy[0]):.1f} / {mib(busy[1]):.1f} | {mib(busy[0] - idle[0]) / n:.2f} / {mib(busy[1] - idle[1]) / n:.2f} '
               f'| {idle[2]} / {busy[2]} |', flush=True)
+        if idle[3] is not None:
+            cgroups.append(f'| {n} | {mib(idle[3]):.1f} | {mib(idle[3]) / n:.2f} | {mib(busy[3]):.1f} | {mib(busy[3] - idle[3]) / n:.2f} |')
+    if cgroups:
+        print()
+        print("The sandboxes' memory cgroups (memory.usage_in_bytes: kernel memory, page cache and tmpfs included), MiB:")
+        print()
+        print('| sessions | N idle sessions | per idle session | N running `sleep` | per running command |')
+        print('|---|---|---|---|---|')
+        print('\n'.join(cgroups))
 
 
 if __name__ == '__main__':
