@@ -32,6 +32,9 @@ const (
 	// KindWorkspace: something a command left in the workspace that the
 	// host would execute and hutch could not protect (a git repository).
 	KindWorkspace = "workspace"
+	// KindAccess: a request to one of hutch's servers refused (`hutch mcp
+	// --listen`: a missing or wrong bearer token, the session cap).
+	KindAccess = "access"
 )
 
 // Event is one security event.
@@ -117,6 +120,15 @@ func (l *Log) Close() error {
 		return l.closer.Close()
 	}
 	return nil
+}
+
+// Record writes ev, an event of no sandbox (a server's: KindAccess), to
+// the log. A nil Log discards it.
+func (l *Log) Record(ev Event) {
+	if l == nil {
+		return
+	}
+	l.logger.LogAttrs(context.Background(), ev.Level, ev.Message, eventAttrs(ev)...)
 }
 
 // NewSandboxID returns a fresh random sandbox identifier.
@@ -232,9 +244,16 @@ func (r *Recorder) count(ev Event) {
 }
 
 func (r *Recorder) write(cmd string, ev Event) {
-	attrs := []slog.Attr{
+	attrs := append([]slog.Attr{
 		slog.String("sandbox", r.sandbox),
 		slog.String("command", cmd),
+	}, eventAttrs(ev)...)
+	r.log.logger.LogAttrs(context.Background(), ev.Level, ev.Message, attrs...)
+}
+
+// eventAttrs are ev's kind, rule, subject and detail as log attributes.
+func eventAttrs(ev Event) []slog.Attr {
+	attrs := []slog.Attr{
 		slog.String("kind", ev.Kind),
 		slog.String("rule", ev.Rule),
 		slog.String("subject", ev.Subject),
@@ -251,7 +270,7 @@ func (r *Recorder) write(cmd string, ev Event) {
 		}
 		attrs = append(attrs, slog.Group("detail", d...))
 	}
-	r.log.logger.LogAttrs(context.Background(), ev.Level, ev.Message, attrs...)
+	return attrs
 }
 
 // Summary returns one "hutch: ..." line per distinct blocked subject since

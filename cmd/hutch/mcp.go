@@ -43,6 +43,14 @@ func serveMCP(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return &exitError{hutch.ExitSetup, "hutch: mcp takes no arguments (the agent sends the commands); see hutch mcp --help"}
 	}
+	if c.IsSet("listen") {
+		return serveMCPHTTP(c)
+	}
+	for _, f := range []string{"token-file", "tls-cert", "tls-key", "allow-plain-http", "max-sessions", "idle-timeout"} {
+		if c.IsSet(f) {
+			return &exitError{hutch.ExitSetup, "hutch: mcp: --" + f + " is a setting of the HTTP server: add --listen ADDR, or drop it to serve on stdio"}
+		}
+	}
 	oneProcessor()
 	level := slog.LevelInfo
 	if c.Bool("debug") {
@@ -58,24 +66,9 @@ func serveMCP(c *cli.Context) error {
 		sandboxLogger = slog.New(later.Handler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	}
 
-	p, err := effectivePolicy(c, policy.WorkspaceAtHost)
+	p, ws, maxOutput, err := mcpSettings(c)
 	if err != nil {
-		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
-	}
-	if err := envFlag(c); err != nil {
-		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
-	}
-	ws, err := hutch.ResolveWorkspace(p.Filesystem.Workspace)
-	if err != nil {
-		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
-	}
-	maxOutput := agent.DefaultMaxOutput
-	if v := c.String("max-output"); v != "" {
-		s, err := policy.ParseSize(v)
-		if err != nil || s <= 0 || s > 1<<30 {
-			return &exitError{hutch.ExitSetup, fmt.Sprintf("hutch: --max-output %q: want a size from 1B to 1GiB, e.g. 256KiB", v)}
-		}
-		maxOutput = int(s)
+		return err
 	}
 	secLog, closeLog, err := openSecurityLog(c.String("security-log"))
 	if err != nil {
@@ -130,6 +123,31 @@ func serveMCP(c *cli.Context) error {
 	}
 }
 
+// mcpSettings are the policy, the workspace directory and the output cap
+// that the flags of `hutch mcp` give, or an exitError naming the flag.
+func mcpSettings(c *cli.Context) (p *policy.Policy, ws string, maxOutput int, err error) {
+	p, err = effectivePolicy(c, policy.WorkspaceAtHost)
+	if err != nil {
+		return nil, "", 0, &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+	}
+	if err := envFlag(c); err != nil {
+		return nil, "", 0, &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+	}
+	ws, err = hutch.ResolveWorkspace(p.Filesystem.Workspace)
+	if err != nil {
+		return nil, "", 0, &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+	}
+	maxOutput = agent.DefaultMaxOutput
+	if v := c.String("max-output"); v != "" {
+		s, err := policy.ParseSize(v)
+		if err != nil || s <= 0 || s > 1<<30 {
+			return nil, "", 0, &exitError{hutch.ExitSetup, fmt.Sprintf("hutch: --max-output %q: want a size from 1B to 1GiB, e.g. 256KiB", v)}
+		}
+		maxOutput = int(s)
+	}
+	return p, ws, maxOutput, nil
+}
+
 // newMCPServer makes the server with the run_command tool over tool. Calls
 // are cancelled when the request is (the client cancelled it or went away)
 // and when lifetime ends.
@@ -142,10 +160,24 @@ func serveMCP(c *cli.Context) error {
 // twice more). Decoding strictly (unknown fields, wrong types) and
 // Tool.Validate check the same things, with messages that name the field.
 func newMCPServer(lifetime context.Context, tool *agent.Tool, p *policy.Policy, maxOutput int, logger, sdkLogger *slog.Logger) (*mcp.Server, error) {
-	server := mcp.NewServer(&mcp.Implementation{Name: "hutch", Title: "hutch sandbox", Version: version}, &mcp.ServerOptions{
-		Instructions: "hutch runs shell commands in a rootless sandbox with the project at " + tool.Workspace.Mount + ". Use run_command for every command; read policy_events in each result: blocked actions are policy decisions to report to the user, not errors to retry.",
-		Logger:       sdkLogger,
-	})
+	return newMCPServerWith(lifetime, tool, func(*mcp.ServerSession) (*agent.Tool, error) { return tool, nil }, p, maxOutput, logger, sdkLogger, nil)
+}
+
+// toolLookup returns the tool of the MCP session ss: the one tool of a
+// stdio server, the session's own sandbox over HTTP.
+type toolLookup func(ss *mcp.ServerSession) (*agent.Tool, error)
+
+// newMCPServerWith is newMCPServer with the tool of each call found by
+// toolOf (tool is the model every session's tool follows: it describes
+// them), and opts, if set, for the server's options beyond its
+// instructions and logger.
+func newMCPServerWith(lifetime context.Context, tool *agent.Tool, toolOf toolLookup, p *policy.Policy, maxOutput int, logger, sdkLogger *slog.Logger, opts *mcp.ServerOptions) (*mcp.Server, error) {
+	if opts == nil {
+		opts = &mcp.ServerOptions{}
+	}
+	opts.Instructions = "hutch runs shell commands in a rootless sandbox with the project at " + tool.Workspace.Mount + ". Use run_command for every command; read policy_events in each result: blocked actions are policy decisions to report to the user, not errors to retry."
+	opts.Logger = sdkLogger
+	server := mcp.NewServer(&mcp.Implementation{Name: "hutch", Title: "hutch sandbox", Version: version}, opts)
 	inSchema, err := jsonschema.For[agent.RunCommandInput](&jsonschema.ForOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("run_command input schema: %w", err)
@@ -171,6 +203,14 @@ func newMCPServer(lifetime context.Context, tool *agent.Tool, p *policy.Policy, 
 			logger.Info("run_command: invalid input", "err", err)
 			return toolError(fmt.Errorf("invalid input: %w", err)), nil
 		}
+		tool, err := toolOf(req.Session)
+		if err != nil {
+			return toolError(fmt.Errorf("hutch: %w", err)), nil
+		}
+		logger := logger
+		if req.Session != nil && req.Session.ID() != "" { // over HTTP: which session
+			logger = logger.With("session", req.Session.ID())
+		}
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		defer context.AfterFunc(lifetime, cancel)()
@@ -195,7 +235,7 @@ func newMCPServer(lifetime context.Context, tool *agent.Tool, p *policy.Policy, 
 		return resultContent(req, res)
 	})
 	if _, ok := tool.Exec.(agent.Backgrounder); ok {
-		if err := addBackgroundTool(server, tool, p, logger); err != nil {
+		if err := addBackgroundTool(server, toolOf, p, logger); err != nil {
 			return nil, err
 		}
 	}

@@ -19,7 +19,7 @@ import (
 // addBackgroundTool registers the background tool: it lists the commands
 // run_command started with background: true, reads one's output and stops
 // one.
-func addBackgroundTool(server *mcp.Server, tool *agent.Tool, p *policy.Policy, logger *slog.Logger) error {
+func addBackgroundTool(server *mcp.Server, toolOf toolLookup, p *policy.Policy, logger *slog.Logger) error {
 	inSchema, err := jsonschema.For[agent.BackgroundInput](&jsonschema.ForOptions{})
 	if err != nil {
 		return fmt.Errorf("background input schema: %w", err)
@@ -39,6 +39,10 @@ func addBackgroundTool(server *mcp.Server, tool *agent.Tool, p *policy.Policy, l
 		in, err := decodeBackgroundInput(req.Params.Arguments)
 		var res agent.BackgroundResult
 		if err == nil {
+			tool, terr := toolOf(req.Session)
+			if terr != nil {
+				return toolError(fmt.Errorf("hutch: %w", terr)), nil
+			}
 			res, err = tool.Background(in) // only an *agent.InputError
 		}
 		if err != nil {

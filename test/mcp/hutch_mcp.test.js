@@ -8,14 +8,12 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 
-const TEST_UID = 65534;
-const asRoot = process.getuid() === 0;
+import { TEST_UID, asRoot, userDir as makeUserDir, hutchCommand, hutchEnv } from './hutch.js';
 
 let client;
 let transport;
@@ -36,14 +34,7 @@ function freePort() {
   });
 }
 
-// A directory the hutch user owns, reachable through a traversable chain.
-function userDir(prefix) {
-  const d = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
-  tmpDirs.push(d);
-  fs.chmodSync(d, 0o755);
-  if (asRoot) fs.chownSync(d, TEST_UID, TEST_UID);
-  return d;
-}
+const userDir = (prefix) => makeUserDir(tmpDirs, prefix);
 
 before(async () => {
   const src = process.env.HUTCH_BIN;
@@ -60,23 +51,8 @@ before(async () => {
   publishedPort = await freePort();
   const hutchArgs = ['mcp', '--workspace', workspace, '--security-log', path.join(state, 'security.log'),
     '--publish', `127.0.0.1:${publishedPort}:8080`];
-  const command = asRoot ? 'setpriv' : bin;
-  const args = asRoot
-    ? [`--reuid=${TEST_UID}`, `--regid=${TEST_UID}`, '--clear-groups', bin, ...hutchArgs]
-    : hutchArgs;
-  transport = new StdioClientTransport({
-    command,
-    args,
-    cwd: workspace,
-    env: {
-      PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-      HOME: state,
-      XDG_STATE_HOME: path.join(state, 'state'),
-      XDG_CACHE_HOME: path.join(state, 'cache'),
-      LANG: 'C.UTF-8',
-    },
-    stderr: 'pipe',
-  });
+  const { command, args } = hutchCommand(bin, hutchArgs);
+  transport = new StdioClientTransport({ command, args, cwd: workspace, env: hutchEnv(state), stderr: 'pipe' });
   transport.stderr.on('data', (chunk) => { stderrLog += chunk.toString(); });
   client = new Client({ name: 'hutch-mcp-test', version: '1.0.0' });
   try {
