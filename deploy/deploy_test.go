@@ -142,7 +142,9 @@ func TestKubernetesManifest(t *testing.T) {
 		t.Errorf("capabilities = %+v, want drop ALL and add none", sc.Capabilities)
 	}
 	args := strings.Join(c.Args, " ")
-	for _, want := range []string{"mcp", "--listen 0.0.0.0:8080", "--token-file /var/run/hutch/token"} {
+	for _, want := range []string{"mcp", "--listen 0.0.0.0:8080", "--token-file /var/run/hutch/token",
+		// Off loopback, hutch serves HTTPS or refuses to start.
+		"--tls-cert /var/run/hutch/tls/tls.crt", "--tls-key /var/run/hutch/tls/tls.key"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %q", args, want)
 		}
