@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hutchsandbox/hutch/background"
+	"github.com/hutchsandbox/hutch/caches"
 	"github.com/hutchsandbox/hutch/egress"
 	"github.com/hutchsandbox/hutch/gitrepos"
 	"github.com/hutchsandbox/hutch/limits"
@@ -46,6 +47,7 @@ type Session struct {
 	rec    *seclog.Recorder // session-wide events (the proxy)
 	egress *egress.Server
 	limits *limits.Sandbox
+	caches *caches.Held // the persistent caches, locked while the sandbox lives
 	id     string
 	timing []nsjail.Stage
 
@@ -125,6 +127,15 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 			s.Close()
 		}
 	}()
+	// The caches' directories exist and are held (no prune removes
+	// anything under the sandbox) before its root is built.
+	if len(sb.Caches) > 0 {
+		tc := time.Now()
+		if s.caches, err = caches.Acquire(sb.CacheSpecs(), tc); err != nil {
+			return nil, &nsjail.SetupError{Op: "prepare the persistent caches", Err: err}
+		}
+		s.mark("supervisor.caches", tc)
+	}
 	if err = s.start(ctx, t0); err != nil {
 		return nil, err
 	}
@@ -392,6 +403,13 @@ func (s *Session) Close() error {
 		mark("teardown.init")
 		s.limits.Close()
 		mark("teardown.limits")
+		if s.caches != nil {
+			// Once a day per cache: measured, and pruned to its cap
+			// (the sandbox is gone; another one holding it defers it).
+			s.caches.Release()
+			s.caches.Maintain(time.Now())
+			mark("teardown.caches")
+		}
 		close(s.closed)
 	})
 	return err

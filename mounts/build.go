@@ -24,6 +24,8 @@ type Spec struct {
 	Protected *Protection
 	// ReadOnly lists extra read-only binds (host source, inside target).
 	ReadOnly [][2]string
+	// Caches are the persistent caches, bound read-write.
+	Caches []CacheBind
 	// Home is the sandbox user's home directory inside.
 	Home                       string
 	TmpSize, HomeSize, ShmSize int64
@@ -35,6 +37,10 @@ type Spec struct {
 	// FS is the host's file tree as Build reads it; nil means OS.
 	FS HostFS
 }
+
+// CacheBind is a persistent cache's directory (Source, on the host) and
+// where it is mounted inside (Target), read-write; Why names it.
+type CacheBind struct{ Source, Target, Why string }
 
 // Devices are the host's device nodes a sandbox gets in its /dev: the
 // harmless character devices (mknod is impossible in a user namespace, so
@@ -147,6 +153,17 @@ func Build(s *Spec) (*Plan, error) {
 	}
 	for _, b := range s.ReadOnly {
 		p.Add(Step{Kind: Bind, Source: b[0], Target: b[1], ReadOnly: true, Why: "extra read-only bind"})
+	}
+	// The caches last: their mount points are made in HOME's tmpfs (or
+	// /tmp's, or the root's), never in a tree bound from the host, whose
+	// read-only binds would refuse them.
+	for _, c := range s.Caches {
+		for _, st := range p.Steps {
+			if st.Kind == Bind && st.ReadOnly && (c.Target == st.Target || strings.HasPrefix(c.Target, st.Target+"/")) {
+				return nil, fmt.Errorf("%s: its target %s lies in %s, bound read-only (%s); choose a target in %s or /tmp", c.Why, c.Target, st.Target, st.Why, s.Home)
+			}
+		}
+		p.Add(Step{Kind: Bind, Source: c.Source, Target: c.Target, Why: c.Why})
 	}
 	stage, err := pickStage(fsys, p)
 	if err != nil {

@@ -132,6 +132,7 @@ func (v *validator) filesystem(f *Filesystem) {
 			}
 		}
 	}
+	v.caches(f)
 	for _, s := range []struct {
 		key string
 		n   Size

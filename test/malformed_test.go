@@ -96,7 +96,7 @@ func TestMalformedInput(t *testing.T) {
 
 		// The command line of run and exec.
 		{"no command", []string{"run"}, 125, `hutch: no command given: usage: hutch run [flags] -- COMMAND [ARG...]`},
-		{"unknown command", []string{"bogus"}, 125, `hutch: unknown command "bogus" for hutch: want one of run, exec, session, mcp, plan, doctor, policy, seccomp (see hutch --help)`},
+		{"unknown command", []string{"bogus"}, 125, `hutch: unknown command "bogus" for hutch: want one of run, exec, session, mcp, plan, doctor, policy, seccomp, cache (see hutch --help)`},
 		{"unknown flag", run("--bogus", "--", "true"), 125, `hutch: flag provided but not defined: --bogus (see hutch run --help)`},
 		{"--pids not a number", run("--pids", "abc", "--", "true"), 125, `hutch: invalid value "abc" for flag --pids: want a whole number (see hutch run --help)`},
 		{"--cpus not a number", run("--cpus", "x", "--", "true"), 125, `hutch: invalid value "x" for flag --cpus: want a number, e.g. 0.5 (see hutch run --help)`},
