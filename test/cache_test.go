@@ -245,6 +245,22 @@ size = "1MiB"
 		if cacheOf(t, o, ws, "go-build") != nil || cacheOf(t, o, ws, "capped") != nil {
 			t.Errorf("caches of the scope left after rm --scope workspace: %+v", cacheList(t, o))
 		}
+
+		// The caches of a workspace that is gone go with prune.
+		gone := userDir(t)
+		ownTree(t, o, gone)
+		og := o
+		og.dir = gone
+		mustCode(t, hutch(t, og, "run", "--", "true"), 0)
+		if cacheOf(t, o, gone, "go-build") == nil {
+			t.Fatalf("no cache of %s: %+v", gone, cacheList(t, o))
+		}
+		os.RemoveAll(gone)
+		r = hutch(t, o, "cache", "prune")
+		mustCode(t, r, 0)
+		if !strings.Contains(r.stdout, "go-build: removed (its workspace "+gone+" no longer exists)") || cacheOf(t, o, gone, "go-build") != nil {
+			t.Errorf("prune after the workspace went:\n%s", r.stdout)
+		}
 	})
 }
 

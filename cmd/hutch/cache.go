@@ -78,7 +78,7 @@ func cacheCommand() *cli.Command {
 			},
 			{
 				Name:  "prune",
-				Usage: "bring every cache over its cap down to 90% of it, least recently used files first; --older-than also removes caches unused that long, --all every cache; caches in use are left alone",
+				Usage: "bring every cache over its cap down to 90% of it, least recently used files first, and remove the caches of workspaces that no longer exist; --older-than also removes caches unused that long, --all every cache; caches in use are left alone; exit 1 when one could not be pruned",
 				Flags: []cli.Flag{
 					&cli.BoolFlag{Name: "all", Usage: "remove every cache that no sandbox holds"},
 					&cli.StringFlag{Name: "older-than", Usage: "also remove the caches last used longer than `DURATION` ago, e.g. 720h"},
@@ -104,7 +104,7 @@ func cacheCommand() *cli.Command {
 					now, failed := time.Now(), false
 					for _, e := range list {
 						what := e.Key + "/" + e.Name
-						if c.Bool("all") || (older > 0 && !e.LastUsed.IsZero() && now.Sub(e.LastUsed) > older) {
+						if c.Bool("all") || e.WorkspaceGone || (older > 0 && !e.LastUsed.IsZero() && now.Sub(e.LastUsed) > older) {
 							err := caches.Remove(root, e.Key, e.Name)
 							switch {
 							case errors.Is(err, caches.ErrInUse):
@@ -112,6 +112,8 @@ func cacheCommand() *cli.Command {
 							case err != nil:
 								fmt.Fprintf(os.Stderr, "hutch: %s: %v\n", what, err)
 								failed = true
+							case e.WorkspaceGone:
+								fmt.Printf("%s: removed (its workspace %s no longer exists)\n", what, e.Workspace)
 							default:
 								fmt.Printf("%s: removed (last used %s)\n", what, ago(e.LastUsed))
 							}
