@@ -331,3 +331,13 @@ func Remove(root, key, name string) error {
 	os.Remove(s.lockPath())
 	return nil
 }
+
+// Usage is the disk usage of the cache directory dir now, as du counts
+// it; 0 when it cannot be read.
+func Usage(dir string) int64 {
+	u, err := measure(dir, nil)
+	if err != nil {
+		return 0
+	}
+	return u.total
+}

@@ -158,10 +158,8 @@ func Build(s *Spec) (*Plan, error) {
 	// /tmp's, or the root's), never in a tree bound from the host, whose
 	// read-only binds would refuse them.
 	for _, c := range s.Caches {
-		for _, st := range p.Steps {
-			if st.Kind == Bind && st.ReadOnly && (c.Target == st.Target || strings.HasPrefix(c.Target, st.Target+"/")) {
-				return nil, fmt.Errorf("%s: its target %s lies in %s, bound read-only (%s); choose a target in %s or /tmp", c.Why, c.Target, st.Target, st.Why, s.Home)
-			}
+		if err := checkCacheTarget(p, c, s.Home); err != nil {
+			return nil, err
 		}
 		p.Add(Step{Kind: Bind, Source: c.Source, Target: c.Target, Why: c.Why})
 	}
@@ -171,6 +169,26 @@ func Build(s *Spec) (*Plan, error) {
 	}
 	p.Stage = stage
 	return p, nil
+}
+
+// checkCacheTarget refuses a cache's target that is, lies beneath or
+// contains the target of a step already planned, but for the HOME and /tmp
+// tmpfs it may lie beneath: its mount point must be made where nothing is
+// (in a tmpfs of hutch's), never through a symlink (one in a tree leads
+// elsewhere while the root is built), in a tree bound from the host, or
+// over one of hutch's mounts.
+func checkCacheTarget(p *Plan, c CacheBind, home string) error {
+	for _, st := range p.Steps {
+		t := st.Target
+		switch {
+		case st.Kind == Tmpfs && (t == home || t == "/tmp") && strings.HasPrefix(c.Target, t+"/"):
+		case c.Target == t || strings.HasPrefix(c.Target, t+"/"):
+			return fmt.Errorf("%s: its target %s lies in %s (%s); choose a target in %s or /tmp, or a new directory such as /cache/NAME", c.Why, c.Target, t, kindWhy(st), home)
+		case strings.HasPrefix(t, c.Target+"/"):
+			return fmt.Errorf("%s: its target %s would cover %s (%s); choose a target in %s or /tmp, or a new directory such as /cache/NAME", c.Why, c.Target, t, kindWhy(st), home)
+		}
+	}
+	return nil
 }
 
 // WorkspaceError says why the workspace cannot be mounted where asked.

@@ -133,6 +133,18 @@ func TestBuildCacheClashes(t *testing.T) {
 	if _, err := Build(p, cacheHost(), nil); err == nil || !strings.Contains(err.Error(), "filesystem.cache[0].target: /home/sandbox/.cache overlaps /home/sandbox/.cache/go-build, the target of the built-in cache go-build (caches may not be nested)") {
 		t.Errorf("nested: %v", err)
 	}
+	// Through a symlink of the root (/var/tmp -> /tmp), over the /dev
+	// tmpfs's devices or a synthesized file: refused.
+	for target, want := range map[string]string{
+		"/var/tmp/x": "its target /var/tmp/x lies in /var/tmp",
+		"/run/x":     "its target /run/x lies in /run",
+	} {
+		p = policy.Default()
+		p.Filesystem.Cache = []policy.Cache{{Name: "x", Target: target}}
+		if _, err := Build(p, cacheHost(), nil); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("cache at %s: %v, want %q", target, err, want)
+		}
+	}
 	p = policy.Default()
 	p.Filesystem.WorkspaceAt = policy.WorkspaceAtHost
 	h := cacheHost()

@@ -192,6 +192,7 @@ func cacheRemove(c *cli.Context) error {
 	}
 	for _, e := range targets {
 		what := e.Key + "/" + e.Name
+		size := caches.Usage(e.Dir)
 		err := caches.Remove(root, e.Key, e.Name)
 		switch {
 		case errors.Is(err, caches.ErrInUse):
@@ -204,7 +205,7 @@ func cacheRemove(c *cli.Context) error {
 			fmt.Fprintf(os.Stderr, "hutch: %s: %v\n", what, err)
 			failed = true
 		default:
-			fmt.Printf("%s: removed (%s)\n", what, humanBytes(e.Size))
+			fmt.Printf("%s: removed (%s)\n", what, humanBytes(size))
 		}
 	}
 	if failed {

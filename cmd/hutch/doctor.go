@@ -94,6 +94,7 @@ func diagnose(ctx context.Context) *doctorReport {
 	defer os.RemoveAll(dir)
 	p.Filesystem.Workspace = dir
 	p.Filesystem.Protected = nil
+	p.Filesystem.DefaultCaches = false // a throwaway workspace: no caches to leave behind
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	res, err := hutch.Run(cctx, &hutch.RunOptions{Policy: p, Argv: []string{"true"}, Stdin: devnull, Stdout: devnull, Stderr: devnull})
