@@ -37,6 +37,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -139,7 +141,9 @@ type Record struct {
 	Target    string   `json:"target"`
 	Cap       int64    `json:"cap"`
 	Units     []string `json:"units,omitempty"`
-	// LastUsed is when a sandbox last started with the cache.
+	// LastUsed is when a sandbox last started with the cache (the newer
+	// of this and the lock file's modification time, which each start
+	// sets).
 	LastUsed time.Time `json:"last_used"`
 	// Checked is when the cache was last measured (and pruned if over
 	// its cap); Size what it measured then.
@@ -226,15 +230,34 @@ func (h *Held) acquire(s Spec, now time.Time) error {
 	if err := realDir(dir); err != nil {
 		return err
 	}
+	// The last use is the lock file's modification time: one call, where
+	// rewriting the record would cost a file and a rename every run.
+	ts := []unix.Timespec{unix.NsecToTimespec(now.UnixNano()), unix.NsecToTimespec(now.UnixNano())}
+	_ = unix.UtimesNanoAt(unix.AT_FDCWD, fdPath(lock), ts, 0)
 	r, err := readRecord(s.recordPath())
 	if err != nil {
 		// A new cache (or a record lost): empty, or measured at the next
 		// check a day on.
 		r = Record{Checked: now}
+	} else if r.Name == s.Name && r.Scope == s.Scope && r.Workspace == s.Workspace && r.Target == s.Target && r.Cap == s.Cap && slices.Equal(r.Units, s.Units) {
+		return nil // the record is as this run would write it
 	}
 	r.Name, r.Scope, r.Workspace, r.Target, r.Cap, r.Units = s.Name, s.Scope, s.Workspace, s.Target, s.Cap, s.Units
 	r.LastUsed = now
 	return writeRecord(s.recordPath(), r)
+}
+
+// fdPath names the open file f through /proc/self/fd, so that a call by
+// path reaches the file f is, whatever happened to its name since.
+func fdPath(f *os.File) string { return "/proc/self/fd/" + strconv.Itoa(int(f.Fd())) }
+
+// lastUsed is when a sandbox last started with the cache whose lock is at
+// lockPath (the lock's modification time), or fallback.
+func lastUsed(lockPath string, fallback time.Time) time.Time {
+	if fi, err := os.Stat(lockPath); err == nil && fi.ModTime().After(fallback) {
+		return fi.ModTime()
+	}
+	return fallback
 }
 
 // realDir refuses a path that is a symlink or not a directory: hutch made

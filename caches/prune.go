@@ -279,6 +279,7 @@ func List(root string, measureUsage bool) ([]Entry, error) {
 			if r.Name == "" {
 				r.Name = e.Name()
 			}
+			r.LastUsed = lastUsed(s.lockPath(), r.LastUsed)
 			en := Entry{Record: r, Key: s.Key, Dir: s.Dir()}
 			if measureUsage {
 				if u, err := measure(s.Dir(), nil); err == nil {
