@@ -53,8 +53,8 @@ type Session struct {
 	cachesDone <-chan error
 	cachesErr  error
 	cachesUsec int64
-	id     string
-	timing []nsjail.Stage
+	id         string
+	timing     []nsjail.Stage
 
 	// published serves the plan's published ports (nil: none;
 	// published.go); background holds the detached commands (detach.go).
