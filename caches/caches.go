@@ -187,8 +187,9 @@ func writeRecord(path string, r Record) error {
 
 // Held are the caches of one sandbox, locked shared until Release.
 type Held struct {
-	specs []Spec
-	locks []*os.File
+	specs   []Spec
+	locks   []*os.File
+	checked []time.Time // each cache's last check, as Acquire read it
 }
 
 // Acquire makes each cache's directories (0700) if missing, takes its
@@ -239,7 +240,9 @@ func (h *Held) acquire(s Spec, now time.Time) error {
 		// A new cache (or a record lost): empty, or measured at the next
 		// check a day on.
 		r = Record{Checked: now}
-	} else if r.Name == s.Name && r.Scope == s.Scope && r.Workspace == s.Workspace && r.Target == s.Target && r.Cap == s.Cap && slices.Equal(r.Units, s.Units) {
+	}
+	h.checked = append(h.checked, r.Checked)
+	if err == nil && r.Name == s.Name && r.Scope == s.Scope && r.Workspace == s.Workspace && r.Target == s.Target && r.Cap == s.Cap && slices.Equal(r.Units, s.Units) {
 		return nil // the record is as this run would write it
 	}
 	r.Name, r.Scope, r.Workspace, r.Target, r.Cap, r.Units = s.Name, s.Scope, s.Workspace, s.Target, s.Cap, s.Units
@@ -292,9 +295,10 @@ func (h *Held) Maintain(now time.Time) []PruneResult {
 		return nil
 	}
 	var out []PruneResult
-	for _, s := range h.specs {
-		r, err := readRecord(s.recordPath())
-		if err == nil && now.Sub(r.Checked) < CheckEvery {
+	for i, s := range h.specs {
+		// As Acquire read it: a check since by another sandbox makes this
+		// one only measure again, once.
+		if i < len(h.checked) && now.Sub(h.checked[i]) < CheckEvery {
 			continue
 		}
 		if res, err := Prune(s.Root, s.Key, s.Name, 0, now); err == nil {
