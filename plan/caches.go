@@ -140,7 +140,7 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
-// Specs are the caches as package caches keeps them, for Acquire.
+// CacheSpecs are the caches as package caches keeps them, for Acquire.
 func (sb *Sandbox) CacheSpecs() []caches.Spec {
 	var out []caches.Spec
 	for _, c := range sb.Caches {

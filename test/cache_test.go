@@ -208,8 +208,16 @@ size = "1MiB"
 			t.Errorf("after prune: %+v", e2)
 		}
 
-		// Held by a session: left alone by prune, refused by rm.
+		// Held by a session: shared with a run of the same scope at the
+		// same time, left alone by prune, refused by rm.
 		name := startSessionWith(t, o, "--policy", pol)
+		r = hutch(t, o, "exec", name, "--", "/bin/sh", "-c", "echo s > /home/sandbox/.cache/capped/from-session")
+		mustCode(t, r, 0)
+		r = hutch(t, o, "run", "--policy", pol, "--", "cat", "/home/sandbox/.cache/capped/from-session")
+		mustCode(t, r, 0)
+		if r.stdout != "s\n" {
+			t.Errorf("a run beside the session read %q", r.stdout)
+		}
 		r = hutch(t, o, "cache", "rm", "capped")
 		mustCode(t, r, 1)
 		if !strings.Contains(r.stderr, e.Key+"/capped: in use by a running sandbox or session") {
