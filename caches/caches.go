@@ -212,15 +212,23 @@ func (h *Held) acquire(s Spec, now time.Time) error {
 		return errors.New("no cache directory")
 	}
 	scope := filepath.Join(s.Root, s.Key)
-	if err := os.MkdirAll(scope, 0o700); err != nil {
-		return err
-	}
-	if err := realDir(scope); err != nil {
-		return err
-	}
-	lock, err := lockShared(s.lockPath())
-	if err != nil {
-		return err
+	var lock *os.File
+	for try := 0; ; try++ {
+		if err := os.MkdirAll(scope, 0o700); err != nil {
+			return err
+		}
+		if err := realDir(scope); err != nil {
+			return err
+		}
+		var err error
+		lock, err = lockShared(s.lockPath())
+		if errors.Is(err, fs.ErrNotExist) && try < 10 {
+			continue // a removal took the scope's last cache, and the scope, meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		break
 	}
 	h.locks = append(h.locks, lock)
 	h.specs = append(h.specs, s)

@@ -105,9 +105,18 @@ func TestAcquireLayout(t *testing.T) {
 	if _, err := os.Lstat(s.Dir()); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the cache is still there: %v", err)
 	}
+	if _, err := os.Lstat(filepath.Dir(s.Dir())); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the scope of its last cache is still there: %v", err)
+	}
 	if err := Remove(root, s.Key, s.Name); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("removing a missing cache: %v", err)
 	}
+	// Acquire makes it again.
+	h, err = Acquire([]Spec{s}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Release()
 }
 
 // Pruning removes the least recently used units first, down to PruneTo of

@@ -330,6 +330,7 @@ func Remove(root, key, name string) error {
 	// Unlinked while held: a sandbox waiting on it finds it replaced and
 	// locks the new one (lockShared).
 	os.Remove(s.lockPath())
+	os.Remove(filepath.Join(root, key)) // the scope too, when that was its last cache (Acquire makes it again)
 	return nil
 }
 
