@@ -15,7 +15,7 @@ LDFLAGS    := -s -w -X main.version=$(VERSION) -linkmode external -extldflags "-
 DEB_BUILD  := gcc libc6-dev libseccomp-dev pkg-config
 DEB_TEST   := git make python3 curl bubblewrap hyperfine busybox-static nodejs strace gdb default-jdk-headless runc
 
-.PHONY: all build deps deps-test demo test test-unit test-e2e test-vm test-mcp vet fmt clean bench
+.PHONY: all build deps deps-test demo test test-unit test-e2e test-vm test-mcp vet fmt clean bench bench-caches
 
 all: build
 
@@ -81,6 +81,11 @@ test-mcp: build deps-test
 
 bench: build deps-test
 	bash bench/run.sh
+
+# Persistent caches: a second fresh sandbox's go build && go test and npm ci
+# against the host's second run (docs/PERFORMANCE.md).
+bench-caches: build deps-test
+	bash bench/caches.sh
 
 clean:
 	rm -rf bin $(dir $(MCP_IMAGE))

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hutchsandbox/hutch/background"
+	"github.com/hutchsandbox/hutch/caches"
 	"github.com/hutchsandbox/hutch/egress"
 	"github.com/hutchsandbox/hutch/gitrepos"
 	"github.com/hutchsandbox/hutch/limits"
@@ -46,8 +47,14 @@ type Session struct {
 	rec    *seclog.Recorder // session-wide events (the proxy)
 	egress *egress.Server
 	limits *limits.Sandbox
-	id     string
-	timing []nsjail.Stage
+	caches *caches.Held // the persistent caches, locked while the sandbox lives
+	// cachesDone delivers Acquire's outcome (nil: no caches); joinCaches
+	// takes it once.
+	cachesDone <-chan error
+	cachesErr  error
+	cachesUsec int64
+	id         string
+	timing     []nsjail.Stage
 
 	// published serves the plan's published ports (nil: none;
 	// published.go); background holds the detached commands (detach.go).
@@ -131,10 +138,35 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 			s.Close()
 		}
 	}()
+	// The caches' directories are made and held (no prune removes
+	// anything under the sandbox) beside the launch, before its root is
+	// built (start joins it before Configure).
+	if len(sb.Caches) > 0 {
+		done := make(chan error, 1)
+		s.cachesDone = done
+		go func() {
+			tc := time.Now()
+			h, err := caches.Acquire(sb.CacheSpecs(), tc)
+			s.caches, s.cachesUsec = h, time.Since(tc).Microseconds()
+			done <- err
+		}()
+	}
 	if err = s.start(ctx, t0); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// joinCaches waits for the caches' Acquire (if there are caches) and
+// returns its error; the first call records its time under --debug.
+func (s *Session) joinCaches() error {
+	if s.cachesDone != nil {
+		s.cachesErr, s.cachesDone = <-s.cachesDone, nil
+		if s.o.Timing {
+			s.timing = append(s.timing, nsjail.Stage{Name: "supervisor.caches", Usec: s.cachesUsec})
+		}
+	}
+	return s.cachesErr
 }
 
 // mark records a stage's time under --debug and returns now.
@@ -246,6 +278,9 @@ func (s *Session) start(ctx context.Context, t0 time.Time) error {
 	}
 	if s.filter.Notify {
 		s.notifyCtx, s.notifyCancel = context.WithCancel(context.Background())
+	}
+	if err := s.joinCaches(); err != nil {
+		return &nsjail.SetupError{Op: "prepare the persistent caches", Err: err}
 	}
 	sctx, cancel := context.WithTimeout(ctx, initSetupBudget)
 	err = s.sb.Configure(sctx, &nsjail.Setup{Sandbox: sb, Rlimits: s.limits.Rlimits(), Seccomp: s.filter.BPF, Timing: o.Timing, Stdio: o.oneStdio})
@@ -417,6 +452,13 @@ func (s *Session) Close() error {
 			if rerr := os.RemoveAll(s.scratch); rerr != nil && s.o.Logger != nil {
 				s.o.Logger.Warn("remove the scratch directory", "dir", s.scratch, "err", rerr)
 			}
+		}
+		if s.joinCaches(); s.caches != nil {
+			// Once a day per cache: measured, and pruned to its cap
+			// (the sandbox is gone; another one holding it defers it).
+			s.caches.Release()
+			s.caches.Maintain(time.Now())
+			mark("teardown.caches")
 		}
 		close(s.closed)
 	})

@@ -65,6 +65,9 @@ func Describe(p *policy.Policy, o DescribeOptions) string {
 	default:
 		b.WriteString("/tmp and HOME (/home/sandbox) are private and writable. ")
 	}
+	if p.Sandbox.Isolation != policy.IsolationLandlock && (p.Filesystem.DefaultCaches || len(p.Filesystem.Cache) > 0) {
+		b.WriteString("The package and build caches in HOME (Go's, npm's, pip's and the like, of the tools installed) persist across sandboxes of this project, so a second build or install is fast. ")
+	}
 	if o.Session {
 		fmt.Fprintf(&b, "Calls share one sandbox while the server runs: files under %s, /tmp and HOME persist between calls; each call's processes end with it; fresh: true runs a call in a new one-off sandbox. Standard input is empty.\n\n", mount)
 	} else {

@@ -33,6 +33,7 @@ func TestRealSandbox(t *testing.T) {
 	p := policy.Default()
 	p.Filesystem.Workspace = ws
 	p.Network.DiscoverRegistries = false
+	p.Filesystem.DefaultCaches = false // a temporary workspace: no caches left behind
 	if err := p.ResolvePaths(ws); err != nil {
 		t.Fatal(err)
 	}

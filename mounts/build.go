@@ -24,6 +24,8 @@ type Spec struct {
 	Protected *Protection
 	// ReadOnly lists extra read-only binds (host source, inside target).
 	ReadOnly [][2]string
+	// Caches are the persistent caches, bound read-write.
+	Caches []CacheBind
 	// Home is the sandbox user's home directory inside.
 	Home                       string
 	TmpSize, HomeSize, ShmSize int64
@@ -35,6 +37,10 @@ type Spec struct {
 	// FS is the host's file tree as Build reads it; nil means OS.
 	FS HostFS
 }
+
+// CacheBind is a persistent cache's directory (Source, on the host) and
+// where it is mounted inside (Target), read-write; Why names it.
+type CacheBind struct{ Source, Target, Why string }
 
 // Devices are the host's device nodes a sandbox gets in its /dev: the
 // harmless character devices (mknod is impossible in a user namespace, so
@@ -148,12 +154,41 @@ func Build(s *Spec) (*Plan, error) {
 	for _, b := range s.ReadOnly {
 		p.Add(Step{Kind: Bind, Source: b[0], Target: b[1], ReadOnly: true, Why: "extra read-only bind"})
 	}
+	// The caches last: their mount points are made in HOME's tmpfs (or
+	// /tmp's, or the root's), never in a tree bound from the host, whose
+	// read-only binds would refuse them.
+	for _, c := range s.Caches {
+		if err := checkCacheTarget(p, c, s.Home); err != nil {
+			return nil, err
+		}
+		p.Add(Step{Kind: Bind, Source: c.Source, Target: c.Target, Why: c.Why})
+	}
 	stage, err := pickStage(fsys, p)
 	if err != nil {
 		return nil, err
 	}
 	p.Stage = stage
 	return p, nil
+}
+
+// checkCacheTarget refuses a cache's target that is, lies beneath or
+// contains the target of a step already planned, but for the HOME and /tmp
+// tmpfs it may lie beneath: its mount point must be made where nothing is
+// (in a tmpfs of hutch's), never through a symlink (one in a tree leads
+// elsewhere while the root is built), in a tree bound from the host, or
+// over one of hutch's mounts.
+func checkCacheTarget(p *Plan, c CacheBind, home string) error {
+	for _, st := range p.Steps {
+		t := st.Target
+		switch {
+		case st.Kind == Tmpfs && (t == home || t == "/tmp") && strings.HasPrefix(c.Target, t+"/"):
+		case c.Target == t || strings.HasPrefix(c.Target, t+"/"):
+			return fmt.Errorf("%s: its target %s lies in %s (%s); choose a target in %s or /tmp, or a new directory such as /cache/NAME", c.Why, c.Target, t, kindWhy(st), home)
+		case strings.HasPrefix(t, c.Target+"/"):
+			return fmt.Errorf("%s: its target %s would cover %s (%s); choose a target in %s or /tmp, or a new directory such as /cache/NAME", c.Why, c.Target, t, kindWhy(st), home)
+		}
+	}
+	return nil
 }
 
 // WorkspaceError says why the workspace cannot be mounted where asked.

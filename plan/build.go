@@ -80,6 +80,16 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 		sb.Warnings = append(sb.Warnings, Warning{Subject: "repos-incomplete " + h.Workspace,
 			Message: fmt.Sprintf("the workspace %s has more directories than hutch looks through for git repositories (%d); repositories deeper than it looked are not protected", h.Workspace, h.Repos.Dirs)})
 	}
+	if sb.Isolation != policy.IsolationLandlock {
+		// Caches are bind mounts: the landlock isolation has none
+		// (docs/ISOLATION.md).
+		if sb.Caches, err = buildCaches(p, h, sb); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range sb.Caches {
+		sb.Environment.Caches = append(sb.Environment.Caches, c.Env...)
+	}
 	if sb.Mounts, err = buildMounts(p, h, sb); err != nil {
 		return nil, err
 	}
@@ -157,6 +167,9 @@ func buildMounts(p *policy.Policy, h *Host, sb *Sandbox) (*mounts.Plan, error) {
 		}
 		spec.ReadOnly = append(spec.ReadOnly, [2]string{b.Source, t})
 	}
+	for _, c := range sb.Caches {
+		spec.Caches = append(spec.Caches, mounts.CacheBind{Source: c.Dir, Target: c.Target, Why: c.Why})
+	}
 	m, err := mounts.Build(spec)
 	var we *mounts.WorkspaceError
 	if errors.As(err, &we) {
@@ -201,6 +214,12 @@ func buildLandlock(p *policy.Policy, h *Host, sb *Sandbox) Landlock {
 	}
 	if p.Filesystem.Sys {
 		r.ReadOnly = append(r.ReadOnly, "/sys")
+	}
+	// Caches beneath HOME or /tmp have those rules; others their own.
+	for _, c := range sb.Caches {
+		if !underAny(c.Target, []string{sb.Identity.Home, "/tmp"}) {
+			r.ReadWrite = append(r.ReadWrite, c.Target)
+		}
 	}
 	for _, s := range sb.Mounts.Steps {
 		if s.Kind == mounts.Bind && s.ReadOnly && s.Target != "/etc" && !strings.HasPrefix(s.Target, "/etc/") {
@@ -408,7 +427,7 @@ func (sb *Sandbox) CommandEnv(host, extra []string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(sb.Environment.Proxy) == 0 && len(sb.Environment.Scratch) == 0 {
+	if len(sb.Environment.Proxy) == 0 && len(sb.Environment.Scratch) == 0 && len(sb.Environment.Caches) == 0 {
 		return env, nil
 	}
 	out := slices.Clone(env)
@@ -417,13 +436,33 @@ func (sb *Sandbox) CommandEnv(host, extra []string) ([]string, error) {
 		k, _, _ := strings.Cut(kv, "=")
 		seen[k] = i
 	}
-	for _, kv := range slices.Concat(sb.Environment.Proxy, sb.Environment.Scratch) {
+	set := func(kv string) {
 		k, _, _ := strings.Cut(kv, "=")
 		if i, ok := seen[k]; ok {
 			out[i] = kv
 		} else {
+			seen[k] = len(out)
 			out = append(out, kv)
 		}
+	}
+	// A cache's variable gives way to one the user sets on purpose
+	// (environment.set, --env), not to one passed through from the host,
+	// which would name the host's own cache.
+	chosen := map[string]bool{}
+	for k := range sb.Environment.Set {
+		chosen[k] = true
+	}
+	for _, e := range extra {
+		k, _, _ := strings.Cut(e, "=")
+		chosen[k] = true
+	}
+	for _, kv := range sb.Environment.Caches {
+		if k, _, _ := strings.Cut(kv, "="); !chosen[k] {
+			set(kv)
+		}
+	}
+	for _, kv := range slices.Concat(sb.Environment.Proxy, sb.Environment.Scratch) {
+		set(kv)
 	}
 	slices.Sort(out)
 	return out, nil

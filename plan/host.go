@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hutchsandbox/hutch/caches"
 	"github.com/hutchsandbox/hutch/cgroup"
 	"github.com/hutchsandbox/hutch/gitrepos"
 	"github.com/hutchsandbox/hutch/hostdirs"
@@ -54,6 +55,13 @@ type Host struct {
 	// Isolation are the facts of the landlock isolation, gathered when the
 	// policy may use it.
 	Isolation IsolationFacts
+	// CacheRoot is the directory of hutch's persistent caches
+	// (caches.Root), "" when hutch has none.
+	CacheRoot string
+	// Tools are the executables of the built-in caches
+	// (policy.BuiltinCaches) found in the tooling tree, by name, each with
+	// the path it was found at.
+	Tools map[string]string
 }
 
 // CgroupFacts is what cgroup.Probe found that planning needs.
@@ -121,7 +129,65 @@ func Gather(p *policy.Policy, o GatherOptions) (*Host, error) {
 	if err := gatherIsolation(p, h, o.ProbeUserns); err != nil {
 		return nil, err
 	}
+	h.CacheRoot = caches.Root()
+	if p.Filesystem.DefaultCaches {
+		h.Tools = FindTools(p, h.Env)
+	}
 	return h, nil
+}
+
+// FindTools looks for the executables of the built-in caches in the
+// tooling tree: in the directories of the PATH a command gets from env
+// under p (those inside the tooling tree), and in policy.ToolchainDirs. It
+// returns where each found one is, by name. A tool outside the tooling tree
+// (in the caller's home, say) is not visible inside and not found.
+func FindTools(p *policy.Policy, env []string) map[string]string {
+	path := policy.DefaultPath
+	if e, err := p.Environment.CommandEnv(env, nil); err == nil {
+		for _, kv := range e {
+			if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+				path = v
+			}
+		}
+	}
+	dirs := append(filepath.SplitList(path), policy.ToolchainDirs...)
+	rootfs, isRootfs := p.Filesystem.RootfsDir()
+	found := map[string]string{}
+	for _, b := range policy.BuiltinCaches {
+		for _, tool := range b.Tools {
+			if _, done := found[tool]; done {
+				continue
+			}
+			for _, d := range dirs {
+				if !filepath.IsAbs(d) {
+					continue
+				}
+				d = filepath.Clean(d)
+				host := filepath.Join(d, tool)
+				if isRootfs {
+					host = filepath.Join(rootfs, d, tool)
+				} else if !inTooling(d) {
+					continue
+				}
+				if fi, err := os.Stat(host); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+					found[tool] = filepath.Join(d, tool)
+					break
+				}
+			}
+		}
+	}
+	return found
+}
+
+// inTooling reports whether dir (clean, absolute) lies in the host's
+// tooling tree, which a sandbox of tooling "host" sees.
+func inTooling(dir string) bool {
+	for _, t := range mounts.HostToolingDirs {
+		if dir == t || strings.HasPrefix(dir, t+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // ResolveWorkspace returns the absolute, symlink-free path of the

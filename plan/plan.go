@@ -74,6 +74,9 @@ type Sandbox struct {
 	Identity Identity `json:"identity"`
 	// Mounts builds the root filesystem (nsjail's init executes it).
 	Mounts *mounts.Plan `json:"mounts"`
+	// Caches are the persistent caches bound into it (their Bind steps
+	// are in Mounts).
+	Caches []Cache `json:"caches,omitempty"`
 	// Landlock is the ruleset every command runs under.
 	Landlock Landlock `json:"landlock"`
 	// Seccomp is the syscall filter every command runs under.
@@ -122,6 +125,30 @@ type Workspace struct {
 	// moved is the mount the policy named, where the landlock isolation
 	// has the workspace at its host path instead (Sandbox.Cwd maps it).
 	moved string
+}
+
+// Cache is one persistent cache of the sandbox: a directory of hutch's
+// (package caches) bound read-write at Target.
+type Cache struct {
+	// Name is the cache's name, Scope its scope (policy.CacheScope*).
+	Name  string `json:"name"`
+	Scope string `json:"scope"`
+	// Key is the scope's directory under the caches' root, Dir the
+	// cache's own (the bind source).
+	Key string `json:"key"`
+	Dir string `json:"dir"`
+	// Target is where it is mounted inside.
+	Target string `json:"target"`
+	// Cap is its size cap in bytes.
+	Cap int64 `json:"cap"`
+	// Env are the variables that point the tool at it, as K=V.
+	Env []string `json:"env,omitempty"`
+	// Units are the patterns of directories pruned whole.
+	Units []string `json:"units,omitempty"`
+	// Builtin: one of policy.BuiltinCaches (maybe changed by the policy).
+	Builtin bool `json:"builtin,omitempty"`
+	// Why says why the sandbox has it.
+	Why string `json:"why"`
 }
 
 // Identity is the command's identity inside the sandbox.
@@ -273,6 +300,10 @@ type Environment struct {
 	// Scratch are HOME and TMPDIR (TMP, TEMP) in the landlock isolation's
 	// scratch directory (Sandbox.WithScratch), set like Proxy.
 	Scratch []string `json:"scratch,omitempty"`
+	// Caches are the variables that point tools at the persistent caches,
+	// set over the caller's environment unless environment.set or --env
+	// names them.
+	Caches []string `json:"caches,omitempty"`
 }
 
 // Process is how the process model runs on this host.

@@ -40,6 +40,7 @@ func TestDocExample(t *testing.T) {
 	}
 	want := Default()
 	want.Filesystem.ReadOnly = []Bind{{Source: "/srv/datasets", Target: "/data"}}
+	want.Filesystem.Cache = []Cache{{Name: "sccache", Target: "/home/sandbox/.cache/sccache", Scope: CacheScopeWorkspace, Size: GiB, Env: []string{"SCCACHE_DIR"}}}
 	want.Network.Allow = []AllowEntry{
 		{Host: "registry.example.com", Ports: []int{443}, Reason: "package downloads for the build"},
 		{Host: "mirror.example.internal", Ports: []int{8080}, Addresses: []string{"10.20.0.5"}, Reason: "the team's package mirror"},

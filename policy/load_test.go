@@ -30,6 +30,7 @@ tmp_size = "1GiB"
 home_size = 134217728   # bytes
 shm_size = "32M"
 sys = true
+default_caches = false
 
 [[filesystem.read_only]]
 source = "/srv/data"
@@ -37,6 +38,16 @@ target = "/data"
 
 [[filesystem.read_only]]
 source = "/opt/sdk"
+
+[[filesystem.cache]]
+name = "go-mod"
+scope = "user"
+
+[[filesystem.cache]]
+name = "sccache"
+target = "/home/sandbox/.cache/sccache"
+size = "3GiB"
+env = ["SCCACHE_DIR"]
 
 [resources]
 cpus = 1.5
@@ -110,6 +121,8 @@ func fullPolicy() *Policy {
 			HomeSize:  128 * MiB,
 			ShmSize:   32 * MiB,
 			Sys:       true,
+			Cache: []Cache{{Name: "go-mod", Scope: CacheScopeUser},
+				{Name: "sccache", Target: "/home/sandbox/.cache/sccache", Size: 3 * GiB, Env: []string{"SCCACHE_DIR"}}},
 		},
 		Resources: Resources{
 			CPUs:      1.5,
@@ -265,7 +278,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			"unknown key",
 			"version = 1\n\n[filesystem]\ntooling = \"host\"\n\n# size of /tmp\ntmpsize = \"1GiB\"\n",
-			`policy.toml:7: unknown key "filesystem.tmpsize" (valid keys in [filesystem]: tooling, workspace, workspace_at, protected, read_only, tmp_size, home_size, shm_size, sys)`,
+			`policy.toml:7: unknown key "filesystem.tmpsize" (valid keys in [filesystem]: tooling, workspace, workspace_at, protected, read_only, tmp_size, home_size, shm_size, sys, default_caches, cache)`,
 		},
 		{
 			"unknown table",

@@ -135,6 +135,34 @@ type Filesystem struct {
 	ShmSize Size `toml:"shm_size"`
 	// Sys mounts a read-only sysfs at /sys when true.
 	Sys bool `toml:"sys"`
+	// DefaultCaches turns on the built-in caches (BuiltinCaches) of the
+	// toolchains found in the tooling tree.
+	DefaultCaches bool `toml:"default_caches"`
+	// Cache lists persistent caches: directories of hutch's own that
+	// outlive sandboxes, bound read-write inside (docs/CACHES.md). An
+	// entry named as a built-in cache replaces it.
+	Cache []Cache `toml:"cache"`
+}
+
+// Cache is one persistent cache: a directory kept in hutch's cache
+// directory, per scope, bound read-write at Target in every sandbox of that
+// scope.
+type Cache struct {
+	// Name identifies the cache in its scope: lower-case letters, digits,
+	// '-' and '_'. A built-in name (BuiltinCaches) takes that cache's
+	// target, variables and pruning where the entry leaves them out.
+	Name string `toml:"name"`
+	// Target is the absolute path inside; empty only for a built-in name.
+	Target string `toml:"target"`
+	// Scope is CacheScopeWorkspace (the default, "") or CacheScopeUser.
+	Scope string `toml:"scope"`
+	// Size caps the cache; pruning (hutch cache prune, and once a day at
+	// the end of a run) removes the least recently used files beyond it.
+	// 0: the built-in cache's cap, else DefaultCacheSize.
+	Size Size `toml:"size"`
+	// Env names variables set to Target in every command (for a built-in
+	// name: added to its own).
+	Env []string `toml:"env"`
 }
 
 // Bind is an extra read-only bind mount.
@@ -278,6 +306,8 @@ func Default() *Policy {
 			TmpSize:   512 * MiB,
 			HomeSize:  256 * MiB,
 			ShmSize:   64 * MiB,
+			// The caches of the toolchains found (docs/CACHES.md).
+			DefaultCaches: true,
 		},
 		Resources: Resources{
 			CPUs:      2,

@@ -57,12 +57,29 @@ func (p *Policy) Marshal() ([]byte, error) {
 	w("# Sizes of the /tmp, %s (HOME) and /dev/shm tmpfs.\n", SandboxHome)
 	w("tmp_size = %s\nhome_size = %s\nshm_size = %s\n", sizeValue(f.TmpSize), sizeValue(f.HomeSize), sizeValue(f.ShmSize))
 	w("# Mount a read-only /sys.\nsys = %t\n", f.Sys)
+	w("# Persistent caches (docs/CACHES.md), in hutch's cache directory, never the host's:\n")
+	w("# the built-in ones of the toolchains found in the tooling tree (Go, npm, pip, ...).\n")
+	w("default_caches = %t\n", f.DefaultCaches)
 	if len(f.ReadOnly) == 0 {
 		w("# Extra read-only binds, any number of:\n")
 		w("# [[filesystem.read_only]]\n# source = \"/srv/data\"   # host path\n# target = \"/data\"       # inside; \"\" means the same as source\n")
 	}
 	for _, ro := range f.ReadOnly {
 		w("\n# Extra read-only bind.\n[[filesystem.read_only]]\nsource = %s\ntarget = %s\n", q(ro.Source), q(ro.Target))
+	}
+	if len(f.Cache) == 0 {
+		w("# Caches of your own, or a built-in one changed (same name), any number of:\n")
+		w("# [[filesystem.cache]]\n# name = \"sccache\"                        # lower-case letters, digits, - and _\n")
+		w("# target = \"/home/sandbox/.cache/sccache\"  # inside; \"\" for a built-in name\n")
+		w("# scope = \"workspace\"                     # one per workspace (the default), or \"user\": shared\n")
+		w("# size = \"1GiB\"                           # cap, pruned least recently used first\n")
+		w("# env = [\"SCCACHE_DIR\"]                   # variables set to the target\n")
+	}
+	for _, c := range f.Cache {
+		w("\n# A persistent cache.\n[[filesystem.cache]]\nname = %s\ntarget = %s\nscope = %s\nsize = %s\n", q(c.Name), q(c.Target), q(c.Scope), sizeValue(c.Size))
+		if len(c.Env) > 0 {
+			w("env = %s\n", stringArray(c.Env))
+		}
 	}
 
 	r := &p.Resources

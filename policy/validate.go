@@ -137,6 +137,7 @@ func (v *validator) filesystem(f *Filesystem) {
 			}
 		}
 	}
+	v.caches(f)
 	for _, s := range []struct {
 		key string
 		n   Size

@@ -60,6 +60,30 @@ func TestValidate(t *testing.T) {
 		{"read_only target relative", func(p *Policy) { p.Filesystem.ReadOnly = []Bind{{Source: "/data", Target: "data"}} }, `filesystem.read_only[0].target: must be an absolute path inside the sandbox (or empty for the source's path), not "data"`},
 		{"read_only root", func(p *Policy) { p.Filesystem.ReadOnly = []Bind{{Source: "/srv", Target: "/"}} }, `filesystem.read_only[0].target: cannot bind over /: the root is hutch's`},
 		{"read_only proc", func(p *Policy) { p.Filesystem.ReadOnly = []Bind{{Source: "/proc/cpuinfo"}} }, `filesystem.read_only[0].source: cannot bind over /proc/cpuinfo: /proc and everything beneath it are hutch's`},
+		{"cache ok", func(p *Policy) {
+			p.Filesystem.Cache = []Cache{{Name: "go-mod", Scope: CacheScopeUser}, {Name: "sccache", Target: "/home/sandbox/.cache/sccache", Size: GiB, Env: []string{"SCCACHE_DIR"}}, {Name: "data_1", Target: "/cache/data"}}
+		}, ``},
+		{"cache bad name", func(p *Policy) { p.Filesystem.Cache = []Cache{{Name: "Go.Build", Target: "/home/sandbox/x"}} }, `filesystem.cache[0].name: "Go.Build" is not a cache name: want 1 to 64 lower-case letters, digits, '-' and '_', starting with a letter or digit`},
+		{"cache no name", func(p *Policy) { p.Filesystem.Cache = []Cache{{Target: "/home/sandbox/x"}} }, `filesystem.cache[0].name: required: name the cache (lower-case letters, digits, '-' and '_'), e.g. "sccache"`},
+		{"cache twice", func(p *Policy) {
+			p.Filesystem.Cache = []Cache{{Name: "x", Target: "/home/sandbox/x"}, {Name: "x", Target: "/home/sandbox/y"}}
+		}, `filesystem.cache[1].name: "x" is named twice (filesystem.cache[0] has it too)`},
+		{"cache unknown scope", func(p *Policy) { p.Filesystem.Cache = []Cache{{Name: "npm", Scope: "global"}} }, `filesystem.cache[0].scope: unknown scope "global": want "workspace" (the default: one cache per workspace) or "user" (shared by every workspace of this user)`},
+		{"cache relative target", func(p *Policy) { p.Filesystem.Cache = []Cache{{Name: "x", Target: ".cache/x"}} }, `filesystem.cache[0].target: must be an absolute path inside the sandbox, such as "/home/sandbox/.cache/x", not ".cache/x"`},
+		{"cache no target", func(p *Policy) { p.Filesystem.Cache = []Cache{{Name: "x"}} }, `filesystem.cache[0].target: required: the absolute path inside where the cache is mounted, e.g. "/home/sandbox/.cache/x" (only the built-in caches go-build, go-mod, npm, yarn, pnpm, pip, uv, cargo-registry, cargo-git, maven, gradle, ccache have a default target)`},
+		{"cache in workspace", func(p *Policy) { p.Filesystem.Cache = []Cache{{Name: "x", Target: "/workspace/.cache"}} }, `filesystem.cache[0].target: cannot mount a cache at /workspace/.cache: /workspace and everything beneath it are hutch's or the tooling tree's (read-only)`},
+		{"cache in tooling", func(p *Policy) { p.Filesystem.Cache = []Cache{{Name: "x", Target: "/usr/local/cache"}} }, `filesystem.cache[0].target: cannot mount a cache at /usr/local/cache: /usr and everything beneath it are hutch's or the tooling tree's (read-only)`},
+		{"cache over home", func(p *Policy) { p.Filesystem.Cache = []Cache{{Name: "x", Target: "/home"}} }, `filesystem.cache[0].target: cannot mount a cache at /home: /home/sandbox is a tmpfs of its own (a cache beneath it is fine, e.g. /home/sandbox/.cache/NAME)`},
+		{"cache unclean", func(p *Policy) { p.Filesystem.Cache = []Cache{{Name: "x", Target: "/home/sandbox/x/"}} }, `filesystem.cache[0].target: "/home/sandbox/x/" is not clean: write "/home/sandbox/x"`},
+		{"cache nested", func(p *Policy) {
+			p.Filesystem.Cache = []Cache{{Name: "x", Target: "/home/sandbox/.cache"}, {Name: "go-build"}}
+		}, `filesystem.cache[1].target: /home/sandbox/.cache/go-build overlaps /home/sandbox/.cache, the target of filesystem.cache[0]: caches may not be nested`},
+		{"cache over read_only", func(p *Policy) {
+			p.Filesystem.ReadOnly = []Bind{{Source: "/srv/d", Target: "/home/sandbox/.m2/repository/org"}}
+			p.Filesystem.Cache = []Cache{{Name: "maven"}}
+		}, `filesystem.cache[0].target: /home/sandbox/.m2/repository overlaps /home/sandbox/.m2/repository/org, the target of filesystem.read_only[0]`},
+		{"cache small", func(p *Policy) { p.Filesystem.Cache = []Cache{{Name: "pip", Size: 1000}} }, `filesystem.cache[0].size: must be at least 1MiB (or 0 for the default), not 1000B`},
+		{"cache env", func(p *Policy) { p.Filesystem.Cache = []Cache{{Name: "pip", Env: []string{"HOME", "9X"}}} }, `filesystem.cache[0].env[0]: hutch sets HOME itself (to /home/sandbox)` + "\n" + `filesystem.cache[0].env[1]: "9X" is not a variable name: want letters, digits and underscores, not starting with a digit`},
 		{"read_only workspace", func(p *Policy) { p.Filesystem.ReadOnly = []Bind{{Source: "/a", Target: "/workspace/vendor"}} }, `filesystem.read_only[0].target: cannot bind over /workspace/vendor: /workspace and everything beneath it are hutch's`},
 		{"read_only dev via ..", func(p *Policy) { p.Filesystem.ReadOnly = []Bind{{Source: "/a", Target: "/x/../dev"}} }, `filesystem.read_only[0].target: cannot bind over /x/../dev: /dev and everything beneath it are hutch's`},
 		{"read_only tmp", func(p *Policy) { p.Filesystem.ReadOnly = []Bind{{Source: "/a", Target: "/tmp"}} }, `filesystem.read_only[0].target: cannot bind over /tmp: /tmp is a tmpfs of its own (binds beneath it are fine)`},

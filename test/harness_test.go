@@ -41,6 +41,14 @@ func TestMain(m *testing.M) {
 	// The suite's own directories go; a failed test's workspace is
 	// t.TempDir's to remove.
 	os.RemoveAll(filepath.Dir(hutchBin))
+	// The caches hold read-only trees (Go's module cache), which a
+	// suite not run as root cannot remove before making them writable.
+	filepath.WalkDir(stateDir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.Chmod(p, 0o755)
+		}
+		return nil
+	})
 	os.RemoveAll(stateDir)
 	os.Exit(code)
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The realistic suite: real projects, as a new user runs them, with the
@@ -127,6 +128,7 @@ func TestRealisticGoModule(t *testing.T) {
 				}
 				ownTree(t, o, ws)
 				o.dir = ws
+				o.timeout = 3 * time.Minute // a cold build of net/http, on a machine that may be busy
 				script := "go build -o app . && ./app && go version -m app | grep -c vcs.revision"
 				want := []string{"hello, sandbox\n"}
 				if withGit {

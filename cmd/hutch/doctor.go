@@ -233,6 +233,7 @@ func doctorRun(ctx context.Context, iso, dir string) (string, bool) {
 	p.Network.DiscoverRegistries = false
 	p.Filesystem.Workspace = dir
 	p.Filesystem.Protected = nil
+	p.Filesystem.DefaultCaches = false // a throwaway workspace: no caches to leave behind
 	p.Sandbox.Isolation = iso
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

@@ -101,7 +101,7 @@ func newAppUncached() *cli.App {
 		HideHelpCommand:      true,
 		EnableBashCompletion: false,
 		ExitErrHandler:       func(*cli.Context, error) {},
-		Commands:             []*cli.Command{runCommand(), execCommand(), sessionCommand(), mcpCommand(), planCommand(), doctorCommand(), policyCommand(), seccompCommand()},
+		Commands:             []*cli.Command{runCommand(), execCommand(), sessionCommand(), mcpCommand(), planCommand(), doctorCommand(), policyCommand(), seccompCommand(), cacheCommand()},
 	}
 }
 
@@ -126,6 +126,7 @@ func policyFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "no-discover", Usage: "do not allowlist the package registries the host's tools are configured to use"},
 		&cli.StringSliceFlag{Name: "publish", Usage: "forward the host's `[ADDR:]HOSTPORT:PORT` to PORT on the sandbox's loopback (ADDR default 127.0.0.1; repeatable)"},
 		&cli.StringFlag{Name: "isolation", Usage: "how the sandbox is made: namespaces, landlock (no namespaces: Landlock, seccomp and rlimits only, for hosts without user namespaces; docs/ISOLATION.md) or auto"},
+		&cli.BoolFlag{Name: "no-cache", Usage: "no persistent caches for this run: a cold start, as with filesystem.default_caches = false and no [[filesystem.cache]] (docs/CACHES.md)"},
 	}
 }
 
@@ -211,6 +212,9 @@ func effectivePolicy(c *cli.Context, workspaceAt string) (*policy.Policy, error)
 			return nil, fmt.Errorf("--publish %q: %w", v, err)
 		}
 		p.Network.Publish = append(p.Network.Publish, e)
+	}
+	if c.Bool("no-cache") {
+		p.Filesystem.DefaultCaches, p.Filesystem.Cache = false, nil
 	}
 	for _, b := range c.StringSlice("ro-bind") {
 		src, dst, _ := strings.Cut(b, ":")

@@ -112,6 +112,17 @@ func printPlan(w io.Writer, sb *plan.Sandbox) {
 	for _, s := range sb.Mounts.Steps {
 		item("%s", describeStep(s))
 	}
+	if len(sb.Caches) == 0 {
+		sec("caches", "none (filesystem.default_caches finds no toolchain of a built-in cache, or they are off: --no-cache)")
+	} else {
+		sec("caches", "persistent, read-write, in hutch's cache directory (docs/CACHES.md; hutch cache ls):")
+		for _, c := range sb.Caches {
+			item("%s -> %s: %s", c.Dir, c.Target, c.Why)
+			if len(c.Env) > 0 {
+				item("  %s", strings.Join(c.Env, " "))
+			}
+		}
+	}
 	ll := sb.Landlock
 	r := ll.Rules
 	if ll.ABI == 0 {
