@@ -51,6 +51,9 @@ type Host struct {
 	Env []string
 	// NoSpawner, when set, says why the spawner is turned off (HUTCH_NO_SPAWNER).
 	NoSpawner string
+	// Review is the change set's writable layer when filesystem.review
+	// is on (package review makes it; Gather does not).
+	Review *mounts.Layer
 }
 
 // CgroupFacts is what cgroup.Probe found that planning needs.

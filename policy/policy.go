@@ -117,6 +117,11 @@ type Filesystem struct {
 	ShmSize Size `toml:"shm_size"`
 	// Sys mounts a read-only sysfs at /sys when true.
 	Sys bool `toml:"sys"`
+	// Review, when true, keeps the workspace's writes in a change set
+	// (an overlay's upper layer in hutch's state directory) for the user
+	// to review and apply (docs/REVIEW.md) instead of writing the user's
+	// files.
+	Review bool `toml:"review"`
 }
 
 // Bind is an extra read-only bind mount.

@@ -54,6 +54,7 @@ func (p *Policy) Marshal() ([]byte, error) {
 	w("# Sizes of the /tmp, %s (HOME) and /dev/shm tmpfs.\n", SandboxHome)
 	w("tmp_size = %s\nhome_size = %s\nshm_size = %s\n", sizeValue(f.TmpSize), sizeValue(f.HomeSize), sizeValue(f.ShmSize))
 	w("# Mount a read-only /sys.\nsys = %t\n", f.Sys)
+	w("# Review mode: writes to the workspace land in a change set (hutch diff, apply, discard).\nreview = %t\n", f.Review)
 	if len(f.ReadOnly) == 0 {
 		w("# Extra read-only binds, any number of:\n")
 		w("# [[filesystem.read_only]]\n# source = \"/srv/data\"   # host path\n# target = \"/data\"       # inside; \"\" means the same as source\n")

@@ -175,7 +175,7 @@ func TestMalformedInput(t *testing.T) {
 		// Unknown keys.
 		pol("unknown-top.toml", "versoin = 1\n", `1: unknown key "versoin" (valid top-level keys: version, enforcement, sandbox, filesystem, resources, network, lifecycle, environment, seccomp)`),
 		pol("unknown-table.toml", "[filesystm]\n", `1: unknown key "filesystm" (valid top-level keys: `),
-		pol("unknown-in-table.toml", "[filesystem]\ntmpsize = \"1GiB\"\n", `2: unknown key "filesystem.tmpsize" (valid keys in [filesystem]: tooling, workspace, workspace_at, protected, read_only, tmp_size, home_size, shm_size, sys)`),
+		pol("unknown-in-table.toml", "[filesystem]\ntmpsize = \"1GiB\"\n", `2: unknown key "filesystem.tmpsize" (valid keys in [filesystem]: tooling, workspace, workspace_at, protected, read_only, tmp_size, home_size, shm_size, sys, review)`),
 		pol("unknown-in-entry.toml", "[[network.allow]]\nhost = \"a.example.com\"\nreason = \"r\"\nport = 443\n", `4: unknown key "network.allow[0].port" (valid keys in [[network.allow]]: host, ports, addresses, reason)`),
 		pol("unknown-in-bind.toml", "[[filesystem.read_only]]\nsrc = \"/srv\"\n", `2: unknown key "filesystem.read_only[0].src" (valid keys in [[filesystem.read_only]]: source, target)`),
 		pol("unknown-nested.toml", "[sandbox.extra.deep]\nz = 1\n", `1: unknown key "sandbox.extra" (valid keys in [sandbox]: uid, gid, hostname)`),

@@ -100,7 +100,7 @@ func newAppUncached() *cli.App {
 		HideHelpCommand:      true,
 		EnableBashCompletion: false,
 		ExitErrHandler:       func(*cli.Context, error) {},
-		Commands:             []*cli.Command{runCommand(), execCommand(), sessionCommand(), mcpCommand(), planCommand(), doctorCommand(), policyCommand(), seccompCommand()},
+		Commands:             append([]*cli.Command{runCommand(), execCommand(), sessionCommand(), mcpCommand(), planCommand(), doctorCommand(), policyCommand(), seccompCommand()}, reviewCommands()...),
 	}
 }
 
@@ -124,6 +124,7 @@ func policyFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "allow", Usage: "allowlist `HOST[:PORT][=ADDR]` for this run (port default 443; =ADDR pins the name to that address; repeatable)"},
 		&cli.BoolFlag{Name: "no-discover", Usage: "do not allowlist the package registries the host's tools are configured to use"},
 		&cli.StringSliceFlag{Name: "publish", Usage: "forward the host's `[ADDR:]HOSTPORT:PORT` to PORT on the sandbox's loopback (ADDR default 127.0.0.1; repeatable)"},
+		reviewFlag,
 	}
 }
 
@@ -196,6 +197,9 @@ func effectivePolicy(c *cli.Context, workspaceAt string) (*policy.Policy, error)
 			return nil, err
 		}
 		p.Network.Allow = append(p.Network.Allow, e)
+	}
+	if c.IsSet("review") {
+		p.Filesystem.Review = c.Bool("review")
 	}
 	if c.Bool("no-discover") {
 		p.Network.DiscoverRegistries = false
@@ -373,6 +377,9 @@ func runCommand() *cli.Command {
 			}
 			for _, m := range append(res.Messages, res.Warnings...) {
 				fmt.Fprintln(os.Stderr, m)
+			}
+			if res.Review != nil {
+				fmt.Fprintln(os.Stderr, res.Review.Message())
 			}
 			if res.ExitCode != 0 {
 				return &exitError{code: res.ExitCode}
