@@ -477,12 +477,7 @@ func (a *applier) file(ch Change, pfd int, name string, exists bool) (string, er
 	} else if err := a.record(journalRec{Path: ch.Path, Ino: dstSt.Ino, Temp: tmp}); err != nil {
 		return "", err
 	}
-	if err := unix.Renameat(pfd, tmp, pfd, name); err != nil {
-		unix.Unlinkat(pfd, tmp, 0)
-		return "", fmt.Errorf("rename into place: %w", err)
-	}
-	a.removeUpper(ch.Path)
-	return "", nil
+	return a.renameIn(ch, pfd, tmp, name)
 }
 
 // symlink makes the sandbox's symlink (one that stays in the workspace) at
@@ -502,6 +497,12 @@ func (a *applier) symlink(ch Change, pfd int, name string) (string, error) {
 	if err := a.record(journalRec{Path: ch.Path, Ino: st.Ino, Temp: tmp}); err != nil {
 		return "", err
 	}
+	return a.renameIn(ch, pfd, tmp, name)
+}
+
+// renameIn renames the journaled temporary tmp over name and drops the
+// change from the upper layer.
+func (a *applier) renameIn(ch Change, pfd int, tmp, name string) (string, error) {
 	if err := unix.Renameat(pfd, tmp, pfd, name); err != nil {
 		unix.Unlinkat(pfd, tmp, 0)
 		return "", fmt.Errorf("rename into place: %w", err)
