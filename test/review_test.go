@@ -284,10 +284,12 @@ func TestReviewApplyKilled(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		// Kill it once some file is new, before all are.
+		// Kill it a moment after the first file is new: in the middle of
+		// some later one.
 		killed := false
 		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 			if readFile(t, filepath.Join(ws, "f0000")) == "new\n" {
+				time.Sleep(25 * time.Millisecond)
 				cmd.Process.Signal(syscall.SIGKILL)
 				killed = true
 				break
