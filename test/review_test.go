@@ -376,3 +376,39 @@ func TestReviewSession(t *testing.T) {
 		}
 	})
 }
+
+// hutch mcp --review: run_command's result lists the pending changes of the
+// server's session, its description says applying is the user's step, and
+// no call applies them.
+func TestReviewMCP(t *testing.T) {
+	ws := userDir(t)
+	writeUserFile(t, filepath.Join(ws, "a.txt"), "a\n")
+	m := startMCP(t, hutchCmd(opts{dir: ws}, "mcp", "--review", "--net", "none"))
+	tools := m.call(2, "tools/list", map[string]any{})
+	if !strings.Contains(fmt.Sprint(tools), "Applying is the user's step") {
+		t.Errorf("run_command's description does not say review mode: %v", tools)
+	}
+	sc, res := m.runCommand(3, "echo b > b.txt; echo aa > a.txt")
+	if sc == nil {
+		t.Fatalf("run_command: %v", res)
+	}
+	pc, _ := sc["pending_changes"].(map[string]any)
+	if pc == nil || pc["added"] != float64(1) || pc["modified"] != float64(1) || fmt.Sprint(pc["paths"]) != "[a.txt b.txt]" {
+		t.Fatalf("pending_changes: %v", sc)
+	}
+	sc, _ = m.runCommand(4, "cat a.txt")
+	if sc["stdout"] != "aa\n" {
+		t.Errorf("a later call does not see the session's own change: %v", sc)
+	}
+	if readFile(t, filepath.Join(ws, "a.txt")) != "a\n" {
+		t.Error("the MCP server's command wrote the workspace")
+	}
+	id, _ := pc["id"].(string)
+	m.stop()
+	r := hutch(t, opts{dir: ws}, "diff", "--stat", id)
+	mustCode(t, r, 0)
+	if !strings.Contains(r.stdout, "A  b.txt") {
+		t.Errorf("the MCP session's change set after the server ended:\n%s", r.stdout)
+	}
+	mustCode(t, hutch(t, opts{dir: ws}, "discard", id), 0)
+}
