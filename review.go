@@ -95,8 +95,15 @@ func (s *Session) ReviewPending() *ReviewSummary {
 }
 
 func summarize(cs *review.ChangeSet) *ReviewSummary {
+	s, _ := summarizeDiff(cs)
+	return s
+}
+
+// summarizeDiff is summarize with the Diff it read (nil when it failed).
+func summarizeDiff(cs *review.ChangeSet) (*ReviewSummary, *review.Result) {
 	s := &ReviewSummary{ID: cs.Meta.ID, Dir: cs.Dir}
-	if d, err := review.Diff(cs, review.DiffOptions{}); err == nil {
+	d, err := review.Diff(cs, review.DiffOptions{})
+	if err == nil {
 		s.Added, s.Modified, s.Deleted = d.Added, d.Modified, d.Deleted
 		for _, c := range d.Changes {
 			if len(s.Paths) == MaxSummaryPaths {
@@ -105,7 +112,7 @@ func summarize(cs *review.ChangeSet) *ReviewSummary {
 			s.Paths = append(s.Paths, c.Path)
 		}
 	}
-	return s
+	return s, d
 }
 
 // end records that the sandbox ended and releases the change set; an empty
@@ -115,8 +122,8 @@ func (r *reviewing) end() *ReviewSummary {
 		return nil
 	}
 	defer r.lock.Unlock()
-	s := summarize(r.cs)
-	removed, err := r.cs.End()
+	s, d := summarizeDiff(r.cs)
+	removed, err := r.cs.End(d)
 	s.Removed = err == nil && removed
 	return s
 }

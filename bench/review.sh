@@ -69,11 +69,28 @@ q() { printf '%q ' "$@"; }
 WORK="tar -xf src.tar && make -s -j2"
 RESET="rm -rf $WS/src $WS/out $WS/Makefile $ST/hutch/changes"
 as_user "$BIN" run --no-discover -- true >/dev/null 2>&1 # warm the caches
-hyperfine -N --runs "$RUNS" --warmup 1 --export-json "$OUT/review-workload.json" \
-	--prepare "$RESET" \
-	-n host "$(q "${RUNAS[@]}" "${UENV[@]}" sh -c "cd $WS && $WORK")" \
-	-n direct "$(q "${RUNAS[@]}" "${UENV[@]}" sh -c "cd $WS && $BIN run --no-discover -- sh -c '$WORK'")" \
-	-n review "$(q "${RUNAS[@]}" "${UENV[@]}" sh -c "cd $WS && $BIN run --review --no-discover -- sh -c '$WORK' 2>/dev/null")"
+# Interleaved rounds (host, direct, review, each after the same reset):
+# one hyperfine invocation times all runs of one command before the next,
+# and this shared VM's speed drifts by more than the ratio sought.
+python3 - "$RUNS" "$OUT/review-workload.json" "$RESET" \
+	host "$(q "${RUNAS[@]}" "${UENV[@]}" sh -c "cd $WS && $WORK")" \
+	direct "$(q "${RUNAS[@]}" "${UENV[@]}" sh -c "cd $WS && $BIN run --no-discover -- sh -c '$WORK'")" \
+	review "$(q "${RUNAS[@]}" "${UENV[@]}" sh -c "cd $WS && $BIN run --review --no-discover -- sh -c '$WORK' 2>/dev/null")" <<'PY'
+import json, statistics, subprocess, sys, time
+runs, out, reset = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+cmds = list(zip(sys.argv[4::2], sys.argv[5::2]))
+times = {n: [] for n, _ in cmds}
+for i in range(runs + 1):  # the first round warms up
+    for n, c in (cmds if i % 2 == 0 else cmds[::-1]):
+        subprocess.run(reset, shell=True, check=True)
+        subprocess.run("sync", shell=True)
+        t0 = time.perf_counter()
+        subprocess.run(c, shell=True, check=True, stdout=subprocess.DEVNULL)
+        if i > 0:
+            times[n].append(time.perf_counter() - t0)
+    print("bench: round %d: %s" % (i, " ".join("%s %.2fs" % (n, times[n][-1]) for n, _ in cmds if times[n])), file=sys.stderr)
+json.dump({"results": [{"command": n, "median": statistics.median(t), "times": t} for n, t in times.items()]}, open(out, "w"), indent=1)
+PY
 
 # A change set of FILES added files, then one of FILES modified files.
 eval "$RESET"

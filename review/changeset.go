@@ -236,9 +236,12 @@ func (l *Lock) Unlock() {
 }
 
 // End records that the change set's sandbox ended. A change set that
-// holds no change is removed; End reports whether it was.
-func (c *ChangeSet) End() (removed bool, err error) {
-	d, err := Diff(c, DiffOptions{})
+// holds no change is removed; End reports whether it was. d is its Diff
+// when the caller has one (nil: End makes it).
+func (c *ChangeSet) End(d *Result) (removed bool, err error) {
+	if d == nil {
+		d, err = Diff(c, DiffOptions{})
+	}
 	if err == nil && len(d.Changes) == 0 {
 		if err := c.remove(); err != nil {
 			return false, err

@@ -128,7 +128,7 @@ func TestChangeSetLifecycle(t *testing.T) {
 	}
 	l.Unlock()
 	os.WriteFile(filepath.Join(c.Upper(), "f"), []byte("x"), 0o644)
-	if removed, err := c.End(); err != nil || removed {
+	if removed, err := c.End(nil); err != nil || removed {
 		t.Fatalf("End of a change set with a change: %v %v", removed, err)
 	}
 	if gone := Prune(root, time.Now()); len(gone) != 0 {
@@ -142,7 +142,7 @@ func TestChangeSetLifecycle(t *testing.T) {
 	}
 	// A change set without a change goes at End.
 	c, _ = Create(root, "empty", Meta{Workspace: ws})
-	if removed, err := c.End(); err != nil || !removed {
+	if removed, err := c.End(nil); err != nil || !removed {
 		t.Errorf("End of an empty change set: %v %v", removed, err)
 	}
 }
