@@ -369,10 +369,14 @@ func (w *walker) one(up, low int, rel, n string) error {
 			ch.Op = Modified
 		case uint32(le.st.Mode)&0o7777 != ch.Mode:
 			ch.Op, ch.OldMode = Modified, uint32(le.st.Mode)&0o7777
-		case le.st.Size != ue.st.Size || !sameContent(up, low, n):
+		case le.st.Size != ue.st.Size || le.st.Mtime != ue.st.Mtime && !sameContent(up, low, n):
 			ch.Op = Modified
 		default:
-			return nil // copied up, not changed
+			// Copied up, not changed. (Same size and modification time
+			// are taken as unchanged without reading: a sandbox that set
+			// the time back hides its change from the diff, and what is
+			// not listed is never applied.)
+			return nil
 		}
 	case ue.typ() == unix.S_IFLNK:
 		t, err := readlinkAt(up, n)
