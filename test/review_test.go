@@ -20,6 +20,13 @@ var changeSetRE = regexp.MustCompile(`kept in change set (\S+) `)
 // change set id it printed.
 func reviewRun(t *testing.T, o opts, ws, script string) string {
 	t.Helper()
+	id, _ := reviewRunOut(t, o, ws, script)
+	return id
+}
+
+// reviewRunOut is reviewRun that returns the command's stdout too.
+func reviewRunOut(t *testing.T, o opts, ws, script string) (string, string) {
+	t.Helper()
 	o.dir = ws
 	r := hutch(t, o, "run", "--review", "--no-discover", "--", "/bin/sh", "-c", script)
 	mustCode(t, r, 0)
@@ -27,7 +34,7 @@ func reviewRun(t *testing.T, o opts, ws, script string) string {
 	if m == nil {
 		t.Fatalf("no change set id in stderr:\n%s", r.stderr)
 	}
-	return m[1]
+	return m[1], r.stdout
 }
 
 // changesDir is where hutch run as o keeps its change sets.
@@ -171,10 +178,14 @@ func TestReviewPlantedTricks(t *testing.T) {
 		os.RemoveAll(filepath.Join(ws, ".git", "hooks"))
 		ownTree(t, o, ws)
 		outside := userDir(t)
-		id := reviewRun(t, o, ws, `ln -s /etc/passwd abs; ln -s ../../../../etc/shadow up; ln -s a.txt ok-link
+		id, out := reviewRunOut(t, o, ws, `{ echo x >> .git/config; } 2>&1 | grep -q Read-only && echo CONFIG-READ-ONLY
+ln -s /etc/passwd abs; ln -s ../../../../etc/shadow up; ln -s a.txt ok-link
 mkfifo fifo; echo linked > h1; ln h1 h2
 mkdir .git/hooks && printf '#!/bin/sh\necho pwned\n' > .git/hooks/post-checkout && chmod +x .git/hooks/post-checkout
 mkdir sub; echo s > sub/f`)
+		if !strings.Contains(out, "CONFIG-READ-ONLY") {
+			t.Errorf("the protected .git/config is writable on top of the overlay: %q", out)
+		}
 		d := diffOf(t, o, id)
 		by := map[string]int{}
 		for i, c := range d.Changes {
