@@ -76,33 +76,41 @@ python3 - "$RUNS" "$OUT/review-workload.json" "$RESET" \
 	host "$(q "${RUNAS[@]}" "${UENV[@]}" sh -c "cd $WS && $WORK")" \
 	direct "$(q "${RUNAS[@]}" "${UENV[@]}" sh -c "cd $WS && $BIN run --no-discover -- sh -c '$WORK'")" \
 	review "$(q "${RUNAS[@]}" "${UENV[@]}" sh -c "cd $WS && $BIN run --review --no-discover -- sh -c '$WORK' 2>/dev/null")" <<'PY'
-import json, statistics, subprocess, sys, time
+import json, resource, statistics, subprocess, sys, time
 runs, out, reset = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 cmds = list(zip(sys.argv[4::2], sys.argv[5::2]))
 times = {n: [] for n, _ in cmds}
+cpu = {n: [] for n, _ in cmds}  # user+system of the whole tree (the sandbox's processes are reaped inside it)
+def used():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 for i in range(runs + 1):  # the first round warms up
     for n, c in (cmds if i % 2 == 0 else cmds[::-1]):
         subprocess.run(reset, shell=True, check=True)
         subprocess.run("sync", shell=True)
-        t0 = time.perf_counter()
+        c0, t0 = used(), time.perf_counter()
         subprocess.run(c, shell=True, check=True, stdout=subprocess.DEVNULL)
         if i > 0:
             times[n].append(time.perf_counter() - t0)
-    print("bench: round %d: %s" % (i, " ".join("%s %.2fs" % (n, times[n][-1]) for n, _ in cmds if times[n])), file=sys.stderr)
-json.dump({"results": [{"command": n, "median": statistics.median(t), "times": t} for n, t in times.items()]}, open(out, "w"), indent=1)
+            cpu[n].append(used() - c0)
+    print("bench: round %d: %s" % (i, " ".join("%s %.2fs (cpu %.2fs)" % (n, times[n][-1], cpu[n][-1]) for n, _ in cmds if times[n])), file=sys.stderr)
+json.dump({"results": [{"command": n, "median": statistics.median(times[n]), "times": times[n], "cpu": cpu[n]} for n, _ in cmds]}, open(out, "w"), indent=1)
 PY
 
-# A change set of FILES added files, then one of FILES modified files.
+# A change set of FILES added files (the workload's), then, in a second
+# workspace holding the files, one of FILES modified files.
 eval "$RESET"
 as_user "$BIN" run --review --no-discover -- sh -c "$WORK" 2>"$T/added.err"
 ADDED=$(sed -n 's/.*kept in change set \([^ ]*\) .*/\1/p' "$T/added.err")
-tar -C "$WS" -xf "$WS/src.tar"
-[ "$(id -u)" = 0 ] && chown -R 65534:65534 "$WS"
-as_user "$BIN" run --review --no-discover -- sh -c 'find src -name "*.c" -exec sed -i "1s/^/\/\/ changed\n/" {} +' 2>"$T/mod.err"
+WS2=$T/ws2
+mkdir -p "$WS2"
+tar -C "$WS2" -xf "$WS/src.tar"
+[ "$(id -u)" = 0 ] && chown -R 65534:65534 "$WS2"
+(cd "$WS2" && "${RUNAS[@]}" "${UENV[@]}" "$BIN" run --review --no-discover -- sh -c 'find src -name "*.c" -exec sed -i "1s/^/\/\/ changed\n/" {} +' 2>"$T/mod.err")
 MOD=$(sed -n 's/.*kept in change set \([^ ]*\) .*/\1/p' "$T/mod.err")
 [ -n "$ADDED" ] && [ -n "$MOD" ] || { echo "bench: no change set: $(cat "$T/added.err" "$T/mod.err")" >&2; exit 1; }
 for id in "$ADDED" "$MOD"; do
-	as_user "$BIN" diff --stat "$id" | head -1
+	as_user "$BIN" diff --stat "$id" | sed -n 1p
 done
 hyperfine -N --runs "$RUNS" --warmup 2 --export-json "$OUT/review-diff.json" \
 	-n "diff --stat, $FILES added" "$(q "${RUNAS[@]}" "${UENV[@]}" "$BIN" diff --stat "$ADDED")" \
@@ -116,9 +124,16 @@ import json, sys
 w = {r["command"]: r for r in json.load(open(sys.argv[1]))["results"]}
 med = lambda r: sorted(r["times"])[len(r["times"]) // 2]
 h, d, v = med(w["host"]), med(w["direct"]), med(w["review"])
-print("workload (untar + make), median of %d runs:" % len(w["host"]["times"]))
-print("  host %.2f s, direct %.2f s, review %.2f s" % (h, d, v))
-print("  review/direct %.3f (target <= 1.1)  direct/host %.3f  review/host %.3f" % (v / d, d / h, v / h))
+n = len(w["host"]["times"])
+print("workload (untar + make), %d interleaved rounds:" % n)
+print("  wall, medians: host %.2f s, direct %.2f s, review %.2f s" % (h, d, v))
+print("  wall: review/direct %.3f (target <= 1.1)  direct/host %.3f  review/host %.3f" % (v / d, d / h, v / h))
+pr = sorted(a / b for a, b in zip(w["review"]["times"], w["direct"]["times"]))
+print("  wall, review/direct round by round: median %.3f (range %.2f-%.2f)" % (pr[len(pr) // 2], pr[0], pr[-1]))
+if "cpu" in w["host"]:
+    ch, cd, cv = (sorted(w[k]["cpu"])[n // 2] for k in ("host", "direct", "review"))
+    print("  cpu (user+system of the whole tree), medians: host %.2f s, direct %.2f s, review %.2f s" % (ch, cd, cv))
+    print("  cpu: review/direct %.3f  direct/host %.3f" % (cv / cd, cd / ch))
 print("hutch diff:")
 for r in json.load(open(sys.argv[2]))["results"]:
     print("  %-32s median %.3f s (target < 1 s)" % (r["command"], med(r)))
