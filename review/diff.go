@@ -509,14 +509,47 @@ func sameContent(up, low int, n string) bool {
 // MaxDiffSize is the largest file whose contents a text diff shows.
 const MaxDiffSize = 4 << 20
 
-// TextDiff is the unified diff of one change of c (files; a symlink shows
-// its target), or a line saying why there is none (binary, too large).
+// TextDiff is the unified diff of one change of c (regular files; ""
+// for others), or a line saying why there is none (binary, too large).
 func TextDiff(c *ChangeSet, ch Change) string {
-	old, oerr := readBeneath(c.Meta.Workspace, ch.Path)
+	t, err := NewTexts(c)
+	if err != nil {
+		return ""
+	}
+	defer t.Close()
+	return t.Diff(ch)
+}
+
+// Texts makes the text diffs of one change set, its layers opened once.
+type Texts struct{ ws, up int }
+
+// NewTexts opens c's workspace and upper layer for Diff; Close them.
+func NewTexts(c *ChangeSet) (*Texts, error) {
+	ws, err := unix.Open(c.Meta.Workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the workspace %s: %w", c.Meta.Workspace, err)
+	}
+	up, err := unix.Open(c.Upper(), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(ws)
+		return nil, fmt.Errorf("open the upper layer of %s: %w", c.Meta.ID, err)
+	}
+	return &Texts{ws: ws, up: up}, nil
+}
+
+// Close releases the layers.
+func (t *Texts) Close() {
+	unix.Close(t.ws)
+	unix.Close(t.up)
+}
+
+// Diff is TextDiff of ch.
+func (t *Texts) Diff(ch Change) string {
+	old, oerr := readBeneath(t.ws, ch.Path)
 	var cur []byte
 	var cerr error
 	if ch.Op != Deleted && ch.Type == TypeFile {
-		cur, cerr = readBeneath(c.Upper(), ch.Path)
+		cur, cerr = readBeneath(t.up, ch.Path)
 	}
 	if ch.Type != TypeFile || oerr != nil && ch.Op == Modified || cerr != nil {
 		return ""
@@ -563,14 +596,9 @@ func binary(b []byte) bool {
 	return bytes.IndexByte(b[:min(len(b), 8000)], 0) >= 0
 }
 
-// readBeneath reads the regular file rel beneath dir without following a
-// symlink on the way.
-func readBeneath(dir, rel string) ([]byte, error) {
-	root, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(root)
+// readBeneath reads the regular file rel beneath the directory root
+// without following a symlink on the way.
+func readBeneath(root int, rel string) ([]byte, error) {
 	fd, err := unix.Openat2(root, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC | unix.O_NOCTTY,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
 	if err != nil {

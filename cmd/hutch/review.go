@@ -107,8 +107,13 @@ func diffAction(c *cli.Context) error {
 	if c.Bool("stat") {
 		return nil
 	}
+	texts, err := review.NewTexts(cs)
+	if err != nil {
+		return &exitError{1, "hutch: " + err.Error()}
+	}
+	defer texts.Close()
 	for _, ch := range d.Changes {
-		if t := review.TextDiff(cs, ch); t != "" {
+		if t := texts.Diff(ch); t != "" {
 			fmt.Fprint(w, "\n", t)
 		}
 	}
