@@ -423,3 +423,25 @@ func TestReviewMCP(t *testing.T) {
 	}
 	mustCode(t, hutch(t, opts{dir: ws}, "discard", id), 0)
 }
+
+// hutch doctor runs a real review sandbox: on this host (overlayfs in a user
+// namespace) it says review mode works, and its probe leaves no change set.
+func TestReviewDoctor(t *testing.T) {
+	ws := userDir(t)
+	r := hutch(t, opts{dir: ws}, "doctor", "--json")
+	mustCode(t, r, 0)
+	var d struct {
+		Overlayfs string `json:"overlayfs"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &d); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(d.Overlayfs, "ok: review mode") {
+		t.Errorf("doctor on review mode: %q", d.Overlayfs)
+	}
+	r = hutch(t, opts{dir: ws}, "changes", "--json")
+	mustCode(t, r, 0)
+	if strings.Contains(r.stdout, "hutch-doctor-review") {
+		t.Errorf("doctor's probe left its change set:\n%s", r.stdout)
+	}
+}
