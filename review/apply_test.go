@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -154,3 +155,49 @@ func TestApplyReplacedWithConflict(t *testing.T) {
 		t.Errorf("left in the change set: %v", left)
 	}
 }
+
+// What an apply killed between its steps left — a temporary file linked in
+// but not renamed, a file renamed into place whose upper entry was not yet
+// removed — the next apply finishes: the temporary file goes, the applied
+// file is not taken for a conflict, and the rest is applied.
+func TestApplyAfterKill(t *testing.T) {
+	c, ws := layers(t)
+	write(t, filepath.Join(ws, "done"), "old\n")
+	write(t, filepath.Join(ws, "half"), "old\n")
+	time.Sleep(20 * time.Millisecond)
+	write(t, filepath.Join(c.Upper(), "done"), "new\n")
+	write(t, filepath.Join(c.Upper(), "half"), "new\n")
+	time.Sleep(20 * time.Millisecond)
+	// "done" was renamed into place (a new inode, changed after the
+	// sandbox's copy); "half" got only as far as its temporary name.
+	write(t, filepath.Join(ws, ".tmp-done"), "new\n")
+	if err := os.Rename(filepath.Join(ws, ".tmp-done"), filepath.Join(ws, "done")); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	unix.Stat(filepath.Join(ws, "done"), &st)
+	tmp := TempPrefix + "x-1"
+	write(t, filepath.Join(ws, tmp), "new\n")
+	j := `{"path":"done","ino":` + itoa(st.Ino) + `,"temp":"` + TempPrefix + `gone"}` + "\n" +
+		`{"path":"half","temp":"` + tmp + `"}` + "\n" + `{"path":"cut short`
+	if err := os.WriteFile(filepath.Join(c.Dir, "journal"), []byte(j), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := Apply(c, ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Skipped) != 0 || out.Left != 0 || len(out.Applied) != 1 || out.Applied[0].Path != "half" {
+		t.Errorf("apply after the kill: applied %+v, skipped %+v, left %d", out.Applied, out.Skipped, out.Left)
+	}
+	if l := listing(t, ws); l != "done half" {
+		t.Errorf("workspace: %s", l)
+	}
+	for _, f := range []string{"done", "half"} {
+		if b, _ := os.ReadFile(filepath.Join(ws, f)); string(b) != "new\n" {
+			t.Errorf("%s: %q", f, b)
+		}
+	}
+}
+
+func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
