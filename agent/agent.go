@@ -63,16 +63,18 @@ type RunCommandInput struct {
 
 // RunCommandResult is the outcome of one call.
 type RunCommandResult struct {
-	Stdout          string               `json:"stdout" jsonschema:"The command's standard output (UTF-8; invalid bytes replaced), at most the server's output cap; see stdout_truncated."`
-	Stderr          string               `json:"stderr" jsonschema:"The command's standard error, capped like stdout; see stderr_truncated."`
-	ExitCode        int                  `json:"exit_code" jsonschema:"Exit status: the command's own; 128+N when killed by signal N; 124 timed out; 125 sandbox error or cancelled; 126 cannot execute; 127 command not found."`
-	TimedOut        bool                 `json:"timed_out" jsonschema:"True when the wall-clock timeout ended the command (exit_code is then 124)."`
-	StdoutTruncated bool                 `json:"stdout_truncated" jsonschema:"True when stdout exceeded the cap; the kept part ends with a line '[hutch: output truncated: N bytes dropped]'."`
-	StderrTruncated bool                 `json:"stderr_truncated" jsonschema:"True when stderr exceeded the cap (same marker as stdout)."`
-	Events          []string             `json:"policy_events" jsonschema:"What the sandbox did to this command: 'hutch: ...' lines naming each denial (e.g. 'hutch: network blocked by policy: destination host:443 not allowlisted (1 attempt)'), a timeout or a command that could not be started. Empty when nothing was blocked. Blocked actions are policy decisions: do not retry or work around them; ask the user."`
-	SandboxID       string               `json:"sandbox_id" jsonschema:"Identifier of the sandbox in hutch's security log."`
-	PendingChanges  *hutch.ReviewSummary `json:"pending_changes,omitempty" jsonschema:"Review mode only: the workspace is not written; what the sandbox changed so far waits in a change set (id, counts and the first paths) for the user to review and apply. Applying is the user's step: do not try to apply or copy the changes yourself."`
-	BackgroundID    string               `json:"background_id,omitempty" jsonschema:"Set when the command was started with background: its id for the background tool, which lists it, reads its output and stops it. stdout and stderr are then empty and exit_code 0: the command runs on."`
+	Stdout          string   `json:"stdout" jsonschema:"The command's standard output (UTF-8; invalid bytes replaced), at most the server's output cap; see stdout_truncated."`
+	Stderr          string   `json:"stderr" jsonschema:"The command's standard error, capped like stdout; see stderr_truncated."`
+	ExitCode        int      `json:"exit_code" jsonschema:"Exit status: the command's own; 128+N when killed by signal N; 124 timed out; 125 sandbox error or cancelled; 126 cannot execute; 127 command not found."`
+	TimedOut        bool     `json:"timed_out" jsonschema:"True when the wall-clock timeout ended the command (exit_code is then 124)."`
+	StdoutTruncated bool     `json:"stdout_truncated" jsonschema:"True when stdout exceeded the cap; the kept part ends with a line '[hutch: output truncated: N bytes dropped]'."`
+	StderrTruncated bool     `json:"stderr_truncated" jsonschema:"True when stderr exceeded the cap (same marker as stdout)."`
+	Events          []string `json:"policy_events" jsonschema:"What the sandbox did to this command: 'hutch: ...' lines naming each denial (e.g. 'hutch: network blocked by policy: destination host:443 not allowlisted (1 attempt)'), a timeout or a command that could not be started. Empty when nothing was blocked. Blocked actions are policy decisions: do not retry or work around them; ask the user."`
+	SandboxID       string   `json:"sandbox_id" jsonschema:"Identifier of the sandbox in hutch's security log."`
+	BackgroundID    string   `json:"background_id,omitempty" jsonschema:"Set when the command was started with background: its id for the background tool, which lists it, reads its output and stops it. stdout and stderr are then empty and exit_code 0: the command runs on."`
+
+	// Review mode only (its own block: the tags above keep their alignment).
+	PendingChanges *hutch.ReviewSummary `json:"pending_changes,omitempty" jsonschema:"Review mode only: the workspace is not written; what the sandbox changed so far waits in a change set (id, counts and the first paths) for the user to review and apply. Applying is the user's step: do not try to apply or copy the changes yourself."`
 }
 
 // ExecRequest is one command for an Executor. Cwd is validated and
