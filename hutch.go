@@ -55,6 +55,11 @@ type SessionOptions struct {
 	// Prestarted is an init started early (package nsjail/prestart, used by
 	// the hutch command); NewSession adopts it or discards it.
 	Prestarted *nsjail.Prestarted
+	// ChangeSet names the change set of a review sandbox
+	// (filesystem.review): made if missing, added to if it exists for the
+	// same workspace; "" makes a new one-off id. SessionName is recorded
+	// in it (apply then says which session to stop).
+	ChangeSet, SessionName string
 
 	// one is the command of a one-off sandbox (Run): the plan is made for
 	// it alone (its limits are its own, not a session's shared ones).
@@ -118,6 +123,9 @@ type Result struct {
 	// does not give (plan.LandlockDifferences); both empty for namespaces.
 	Isolation       string
 	IsolationLimits []string
+	// Review is what a review sandbox (filesystem.review) left in its
+	// change set; set by Run when the sandbox ended.
+	Review *ReviewSummary `json:"review,omitempty"`
 }
 
 // ForwardedSignals are the signals hutch relays to the command it runs.
@@ -177,6 +185,9 @@ func Plan(o *RunOptions) (*plan.Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.Filesystem.Review {
+		planReview(h)
+	}
 	var req *plan.Request
 	if len(o.Argv) > 0 {
 		req = &plan.Request{Argv: o.Argv, Cwd: o.Cwd, HostCwd: o.HostCwd, ExtraEnv: o.ExtraEnv}
@@ -227,6 +238,7 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 	if cerr := sess.Close(); cerr != nil && o.Logger != nil {
 		o.Logger.Warn("teardown", "err", cerr)
 	}
+	res.Review = sess.ReviewSummary()
 	if o.Timing {
 		res.Timing = append(res.Timing, sess.closeTiming...)
 		res.Timing = append(res.Timing, nsjail.Stage{Name: "total", Usec: time.Since(t0).Microseconds()})

@@ -81,6 +81,10 @@ type Session struct {
 	// the host's loopback there. Both "" / nil for namespaces.
 	scratch    string
 	proxyPorts []uint16
+	// review is the change set a review sandbox writes (nil: none);
+	// reviewSummary what it held when the sandbox ended.
+	review        *reviewing
+	reviewSummary *ReviewSummary
 
 	closeOnce sync.Once
 	// closeTiming holds the teardown stages (--debug), written by Close.
@@ -110,6 +114,26 @@ func (s *Session) Plan() *plan.Sandbox { return s.plan }
 // Plan().Workspace.Mount inside).
 func (s *Session) Workspace() string { return s.plan.Workspace.Host }
 
+// ReviewSummary is what a review sandbox left in its change set, once it
+// has ended (Close); nil before, or without review mode.
+func (s *Session) ReviewSummary() *ReviewSummary {
+	select {
+	case <-s.closed:
+		return s.reviewSummary
+	default:
+		return nil
+	}
+}
+
+// ChangeSet is the id of the change set a review sandbox writes ("" when
+// the session is not in review mode).
+func (s *Session) ChangeSet() string {
+	if s.review == nil {
+		return ""
+	}
+	return s.review.cs.Meta.ID
+}
+
 // Done is closed when the session's sandbox has ended.
 func (s *Session) Done() <-chan struct{} { return s.closed }
 
@@ -125,11 +149,18 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 	if err != nil {
 		return nil, err
 	}
+	var rv *reviewing
+	if p.Filesystem.Review {
+		if rv, err = openReview(p, host, o.ChangeSet, o.SessionName); err != nil {
+			return nil, err
+		}
+	}
 	sb, err := plan.Build(p, host, o.one)
 	if err != nil {
+		rv.end()
 		return nil, err
 	}
-	s := &Session{p: p, o: *o, plan: sb, st: store.Open(), closed: make(chan struct{}), id: seclog.NewSandboxID()}
+	s := &Session{p: p, o: *o, plan: sb, st: store.Open(), closed: make(chan struct{}), id: seclog.NewSandboxID(), review: rv}
 	if o.Timing {
 		s.timing = append(s.timing, nsjail.Stage{Name: "supervisor.plan", Usec: time.Since(t0).Microseconds()})
 	}
@@ -302,7 +333,7 @@ func (s *Session) start(ctx context.Context, t0 time.Time) error {
 		if o.Logger != nil {
 			o.Logger.Debug("plan hint", "path", pre.PlanHint, "state", s.sb.Ready.PlanHint)
 		}
-		if s.sb.Ready.PlanHint != "used" {
+		if s.sb.Ready.PlanHint != "used" && s.review == nil { // a change set's plan is never the next one's
 			if err := nsjail.StorePlanHint(s.st, pre, sb.Mounts); err != nil && o.Logger != nil {
 				o.Logger.Debug("plan hint not stored", "path", pre.PlanHint, "error", err)
 			}
@@ -445,6 +476,8 @@ func (s *Session) Close() error {
 		}
 		s.background.Close() // its commands ended with the sandbox: their ends are read
 		mark("teardown.init")
+		s.reviewSummary = s.review.end() // the overlay is gone with the init
+		mark("teardown.review")
 		s.limits.Close()
 		mark("teardown.limits")
 		if s.scratch != "" {

@@ -74,6 +74,9 @@ type RunCommandResult struct {
 	BackgroundID    string   `json:"background_id,omitempty" jsonschema:"Set when the command was started with background: its id for the background tool, which lists it, reads its output and stops it. stdout and stderr are then empty and exit_code 0: the command runs on."`
 	Isolation       string   `json:"isolation,omitempty" jsonschema:"Set when the sandbox was made without namespaces ('landlock': hosts without user namespaces); isolation_limits then says what it does not give."`
 	IsolationLimits []string `json:"isolation_limits,omitempty" jsonschema:"What this sandbox's isolation does not give compared with hutch's namespaces (e.g. host files denied rather than hidden, other processes visible, no unix sockets): expect these failures, and do not try to use what they describe."`
+
+	// Review mode only (its own block: the tags above keep their alignment).
+	PendingChanges *hutch.ReviewSummary `json:"pending_changes,omitempty" jsonschema:"Review mode only: the workspace is not written; what the sandbox changed so far waits in a change set (id, counts and the first paths) for the user to review and apply. Applying is the user's step: do not try to apply or copy the changes yourself."`
 }
 
 // ExecRequest is one command for an Executor. Cwd is validated and
@@ -107,6 +110,8 @@ type ExecResult struct {
 	// namespaces).
 	Isolation       string
 	IsolationLimits []string
+	// Review is what the sandbox's change set holds (review mode).
+	Review *hutch.ReviewSummary
 }
 
 // Executor runs commands in a sandbox. Run returns an error only when the
@@ -302,6 +307,7 @@ func (t *Tool) RunArgv(ctx context.Context, argv []string, cwd string, timeout t
 		SandboxID:       res.SandboxID,
 		Isolation:       res.Isolation,
 		IsolationLimits: res.IsolationLimits,
+		PendingChanges:  res.Review,
 	}
 	if cutOff {
 		r.Events = append(r.Events, fmt.Sprintf("hutch: stopped reading output %s after the command ended: a background process still holds stdout or stderr open", grace))

@@ -87,5 +87,6 @@ func (e *HutchExecutor) Run(ctx context.Context, req ExecRequest) (ExecResult, e
 		Events:    res.Messages,
 		SandboxID: res.SandboxID,
 		Isolation: res.Isolation, IsolationLimits: res.IsolationLimits,
+		Review: res.Review,
 	}, nil
 }

@@ -67,7 +67,8 @@ func (e *SessionExecutor) Run(ctx context.Context, req ExecRequest) (ExecResult,
 		return ExecResult{}, err
 	}
 	return ExecResult{ExitCode: res.ExitCode, TimedOut: res.TimedOut, Events: res.Messages, SandboxID: res.SandboxID,
-		Isolation: res.Isolation, IsolationLimits: res.IsolationLimits}, nil
+		Isolation: res.Isolation, IsolationLimits: res.IsolationLimits,
+		Review: e.Session.ReviewPending()}, nil
 }
 
 // Close ends the session: every process is killed.

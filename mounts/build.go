@@ -36,6 +36,17 @@ type Spec struct {
 	Hostname string
 	// FS is the host's file tree as Build reads it; nil means OS.
 	FS HostFS
+	// Review, when set, is the writable layer the workspace's writes land
+	// in: the workspace is then the lower layer of an overlay mounted at
+	// WorkspaceMount instead of a read-write bind (package review).
+	Review *Layer
+}
+
+// Layer is an overlay's writable layer: its upper and work directories
+// (host paths on one filesystem).
+type Layer struct {
+	Upper string `json:"upper"`
+	Work  string `json:"work"`
 }
 
 // CacheBind is a persistent cache's directory (Source, on the host) and
@@ -147,7 +158,12 @@ func Build(s *Spec) (*Plan, error) {
 	if err := checkWorkspaceMount(fsys, p, s.WorkspaceMount); err != nil {
 		return nil, err
 	}
-	p.Add(Step{Kind: Bind, Source: s.Workspace, Target: s.WorkspaceMount, Why: "workspace (read-write)"})
+	if s.Review != nil {
+		p.Add(Step{Kind: Overlay, Lower: []string{s.Workspace}, Upper: s.Review.Upper, Work: s.Review.Work,
+			Target: s.WorkspaceMount, Why: "workspace (its writes go to the change set's upper layer)"})
+	} else {
+		p.Add(Step{Kind: Bind, Source: s.Workspace, Target: s.WorkspaceMount, Why: "workspace (read-write)"})
+	}
 	if s.Protected != nil {
 		p.Add(s.Protected.Steps...)
 	}
@@ -206,7 +222,7 @@ func checkWorkspaceMount(fsys HostFS, p *Plan, mount string) error {
 	}
 	for _, s := range p.Steps {
 		switch s.Kind {
-		case Bind, Tmpfs, Proc, Devpts, Sysfs, Symlink:
+		case Bind, Tmpfs, Proc, Devpts, Sysfs, Symlink, Overlay:
 		default:
 			continue
 		}
@@ -243,8 +259,10 @@ var stageCandidates = []string{"/tmp", "/mnt", "/media", "/srv", "/boot", "/var/
 func pickStage(fsys HostFS, p *Plan) (string, error) {
 	sources := map[DirID]bool{}
 	for _, s := range p.Steps {
-		if id, ok := fsys.DirID(s.Source); s.Kind == Bind && ok {
-			sources[id] = true // (a missing or non-directory source contains nothing)
+		for _, src := range s.Sources() {
+			if id, ok := fsys.DirID(src); ok {
+				sources[id] = true // (a missing or non-directory source contains nothing)
+			}
 		}
 	}
 next:

@@ -60,6 +60,15 @@ const (
 	// resolving Target like Protect (hutch's own directories when they lie
 	// inside the workspace; see package hostdirs).
 	Hide Kind = "hide"
+	// Overlay mounts an overlayfs at Target: Lower are its lower layers
+	// (host directories, the topmost first), Upper and Work its writable
+	// layer and the kernel's work directory (both host directories on one
+	// filesystem; both empty means a read-only overlay of the lowers).
+	// Every layer is opened O_PATH before any mount changes, like a Bind
+	// source. In a user namespace the mount uses userxattr (overlay's
+	// xattrs in the user.overlay. namespace; redirect_dir and metacopy are
+	// then off) and index=off: package review reads the upper layer.
+	Overlay Kind = "overlay"
 )
 
 // Step is one primitive operation. Targets are absolute paths inside the
@@ -81,6 +90,26 @@ type Step struct {
 	Data       string `json:"data,omitempty"`
 	// Why says, for error messages, what the step is for.
 	Why string `json:"why,omitempty"`
+	// Lower, Upper and Work are an Overlay step's layers (host paths).
+	Lower []string `json:"lower,omitempty"`
+	Upper string   `json:"upper,omitempty"`
+	Work  string   `json:"work,omitempty"`
+}
+
+// Sources are the host paths the step reads from, each opened before any
+// mount changes: a Bind's Source, an Overlay's layers.
+func (s Step) Sources() []string {
+	switch s.Kind {
+	case Bind:
+		return []string{s.Source}
+	case Overlay:
+		out := append([]string(nil), s.Lower...)
+		if s.Upper != "" {
+			out = append(out, s.Upper, s.Work)
+		}
+		return out
+	}
+	return nil
 }
 
 // Plan is the ordered list of steps that builds the sandbox's root.

@@ -123,7 +123,8 @@ enum {
 	HUTCH_STEP_PROTECT = 14,
 	HUTCH_STEP_HIDE = 15,
 	HUTCH_STEP_COVER = 16,
-	HUTCH_STEP_KINDS = 16, // the highest kind
+	HUTCH_STEP_OVERLAY = 17,
+	HUTCH_STEP_KINDS = 17, // the highest kind
 };
 
 // Step flags.
@@ -189,7 +190,16 @@ struct hutch_step {
 	const char *staged; // the same beneath the staging directory
 	const char *data;   // file contents or symlink target
 	const char *why;    // what the step is for
+	// An overlay step's layers (host paths), on the wire after why and
+	// only for HUTCH_STEP_OVERLAY: nlower lower dirs (topmost first), then
+	// upper and work ("" for a read-only overlay).
+	uint32_t nlower;
+	const char **lower;
+	const char *upper, *work;
 };
+
+// The most lower layers one overlay step may have.
+enum { HUTCH_MAX_LOWER = 128 };
 
 struct hutch_plan {
 	int64_t root_size;
@@ -227,6 +237,7 @@ struct hutch_mounts {
 	char *err;
 	size_t errlen;
 	int *srcs; // O_PATH descriptors of the bind sources, by step
+	int **layers; // an overlay step's: its lowers, then upper and work
 	int devnull, root;
 	int mounted;   // the root tmpfs is on the staging directory
 	uint32_t done; // steps applied so far

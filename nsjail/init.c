@@ -1269,6 +1269,20 @@ static int parse_plan(struct hutch_rd *r, struct hutch_plan *p) {
 		s->staged = hutch_rd_str(r);
 		s->data = hutch_rd_str(r);
 		s->why = hutch_rd_str(r);
+		if (s->kind == HUTCH_STEP_OVERLAY) {
+			s->nlower = hutch_rd_u32(r);
+			if (r->bad || s->nlower == 0 || s->nlower > HUTCH_MAX_LOWER)
+				return -1;
+			s->lower = calloc(s->nlower, sizeof *s->lower);
+			if (!s->lower)
+				return -1;
+			for (uint32_t j = 0; j < s->nlower; j++)
+				s->lower[j] = hutch_rd_str(r);
+			s->upper = hutch_rd_str(r);
+			s->work = hutch_rd_str(r);
+			if ((s->upper[0] == 0) != (s->work[0] == 0))
+				return -1;
+		}
 	}
 	return r->bad ? -1 : 0;
 }
@@ -1348,7 +1362,8 @@ static void no_mark(const char *name, long usec) {
 static uint32_t hint_prefix(const struct hutch_plan *p) {
 	for (uint32_t i = 0; i < p->nsteps; i++) {
 		uint32_t k = p->steps[i].kind;
-		if (k == HUTCH_STEP_PIN || k == HUTCH_STEP_PROTECT || k == HUTCH_STEP_HIDE)
+		// An overlay's upper layer is a change set made after planning.
+		if (k == HUTCH_STEP_PIN || k == HUTCH_STEP_PROTECT || k == HUTCH_STEP_HIDE || k == HUTCH_STEP_OVERLAY)
 			return i;
 	}
 	return p->nsteps;

@@ -279,10 +279,51 @@ static int cover(struct ex *x, int root, const struct hutch_step *s) {
 	return 0;
 }
 
-static int apply(struct ex *x, int root, const struct hutch_step *s, int src, int devnull) {
+// overlay mounts an overlayfs at the step's target from its layers, opened
+// before any mount changed (layers: the lowers, then upper and work). In a
+// user namespace overlayfs keeps its own xattrs (opaque directories) in the
+// user.overlay. namespace (userxattr; redirect_dir and metacopy are off with
+// it), and index=off: nothing outside the upper layer is written. Whiteouts
+// are 0/0 character devices in the upper layer.
+static int overlay(struct ex *x, const struct hutch_step *s, const int *layers) {
+	char opts[8192], pb[64];
+	size_t n = 0;
+	n += (size_t)snprintf(opts + n, sizeof opts - n, "lowerdir=");
+	for (uint32_t i = 0; i < s->nlower && n < sizeof opts; i++)
+		n += (size_t)snprintf(opts + n, sizeof opts - n, "%s%s", i ? ":" : "", fd_path(layers[i], pb, sizeof pb));
+	if (s->upper[0] && n < sizeof opts) {
+		n += (size_t)snprintf(opts + n, sizeof opts - n, ",upperdir=%s", fd_path(layers[s->nlower], pb, sizeof pb));
+		if (n < sizeof opts)
+			n += (size_t)snprintf(opts + n, sizeof opts - n, ",workdir=%s", fd_path(layers[s->nlower + 1], pb, sizeof pb));
+	}
+	if (n < sizeof opts)
+		n += (size_t)snprintf(opts + n, sizeof opts - n, ",userxattr,index=off");
+	if (n >= sizeof opts)
+		return ex_fail(x, "overlay: too many layers for one mount");
+	if (mount_point(x, s, 1) < 0)
+		return -1;
+	unsigned long fl = MS_NOSUID | MS_NODEV | (s->upper[0] ? 0 : MS_RDONLY);
+	if (mount("overlay", s->staged, "overlay", fl, opts) < 0) {
+		int e = errno;
+		const char *why = "";
+		if (e == EINVAL)
+			why = " (overlayfs refuses these layers: the upper directory's filesystem may lack user extended attributes "
+			      "(a tmpfs before Linux 6.6), or the layers overlap)";
+		else if (e == ENODEV)
+			why = " (this kernel has no overlayfs)";
+		else if (e == EPERM)
+			why = " (this kernel does not mount overlayfs in a user namespace: Linux 5.11 or later does)";
+		return ex_fail(x, "mount overlayfs (upper %s): %s%s", s->upper[0] ? s->upper : "none", es(e), why);
+	}
+	return 0;
+}
+
+static int apply(struct ex *x, int root, const struct hutch_step *s, int src, const int *layers, int devnull) {
 	char pb[64], opts[128];
 	const char *t = s->staged;
 	switch (s->kind) {
+	case HUTCH_STEP_OVERLAY:
+		return overlay(x, s, layers);
 	case HUTCH_STEP_BIND: {
 		if (src < 0)
 			return 0; // optional and missing
@@ -471,6 +512,20 @@ int hutch_mounts_begin(struct hutch_mounts *m, const struct hutch_plan *p, hutch
 			m->srcs[i] = open(s->source, O_PATH | O_CLOEXEC);
 			if (m->srcs[i] < 0 && !(errno == ENOENT && (s->flags & HUTCH_STEPF_OPTIONAL)))
 				return ex_fail(&x, "open %s for %s: %s", s->source, s->why[0] ? s->why : s->name, es(errno));
+		} else if (s->kind == HUTCH_STEP_OVERLAY) {
+			uint32_t nl = s->nlower + (s->upper[0] ? 2 : 0);
+			if (!m->layers && !(m->layers = calloc(p->nsteps, sizeof *m->layers)))
+				return ex_fail(&x, "out of memory");
+			if (!(m->layers[i] = malloc(nl * sizeof(int))))
+				return ex_fail(&x, "out of memory");
+			for (uint32_t j = 0; j < nl; j++)
+				m->layers[i][j] = -1;
+			for (uint32_t j = 0; j < nl; j++) {
+				const char *l = j < s->nlower ? s->lower[j] : j == s->nlower ? s->upper : s->work;
+				m->layers[i][j] = open(l, O_PATH | O_DIRECTORY | O_CLOEXEC);
+				if (m->layers[i][j] < 0)
+					return ex_fail(&x, "open %s for %s: %s", l, s->why[0] ? s->why : s->name, es(errno));
+			}
 		} else if (s->kind == HUTCH_STEP_MASK_FILE && m->devnull < 0) {
 			m->devnull = open("/dev/null", O_PATH | O_CLOEXEC);
 			if (m->devnull < 0)
@@ -508,7 +563,7 @@ int hutch_mounts_steps(struct hutch_mounts *m, const struct hutch_plan *p, uint3
 		upto = p->nsteps;
 	for (; m->done < upto; m->done++) {
 		const struct hutch_step *s = &p->steps[m->done];
-		if (apply(&x, m->root, s, m->srcs[m->done], m->devnull) < 0) {
+		if (apply(&x, m->root, s, m->srcs[m->done], m->layers ? m->layers[m->done] : NULL, m->devnull) < 0) {
 			char inner[2048];
 			snprintf(inner, sizeof inner, "%s", m->err);
 			return ex_fail(&x, "%s %s (%s): %s", s->name, s->target, s->why[0] ? s->why : s->name, inner);
@@ -525,6 +580,19 @@ static void mounts_close(struct hutch_mounts *m, const struct hutch_plan *p) {
 				close(m->srcs[i]);
 		free(m->srcs);
 		m->srcs = NULL;
+	}
+	if (m->layers) {
+		for (uint32_t i = 0; i < p->nsteps; i++) {
+			if (!m->layers[i])
+				continue;
+			const struct hutch_step *s = &p->steps[i];
+			for (uint32_t j = 0; j < s->nlower + (s->upper[0] ? 2 : 0); j++)
+				if (m->layers[i][j] >= 0)
+					close(m->layers[i][j]);
+			free(m->layers[i]);
+		}
+		free(m->layers);
+		m->layers = NULL;
 	}
 	if (m->devnull >= 0)
 		close(m->devnull);

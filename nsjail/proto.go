@@ -85,6 +85,9 @@ const maxPayload = int(C.HUTCH_MAX_PAYLOAD)
 // maxRlimits is the most resource limits a setup carries.
 const maxRlimits = int(C.HUTCH_MAX_RLIMITS)
 
+// maxLower is the most lower layers of one overlay step.
+const maxLower = int(C.HUTCH_MAX_LOWER)
+
 // maxStepKind is the highest step kind the C executor knows.
 const maxStepKind = uint32(C.HUTCH_STEP_KINDS)
 
@@ -95,7 +98,7 @@ var stepKinds = map[mounts.Kind]uint32{
 	mounts.File: C.HUTCH_STEP_FILE, mounts.Symlink: C.HUTCH_STEP_SYMLINK, mounts.MaskFile: C.HUTCH_STEP_MASK_FILE,
 	mounts.MaskDir: C.HUTCH_STEP_MASK_DIR, mounts.ReadOnly: C.HUTCH_STEP_RO, mounts.Pin: C.HUTCH_STEP_PIN,
 	mounts.Seal: C.HUTCH_STEP_SEAL, mounts.Protect: C.HUTCH_STEP_PROTECT, mounts.Hide: C.HUTCH_STEP_HIDE,
-	mounts.Cover: C.HUTCH_STEP_COVER,
+	mounts.Cover: C.HUTCH_STEP_COVER, mounts.Overlay: C.HUTCH_STEP_OVERLAY,
 }
 
 // What a Ready message says of the plan hint.
@@ -374,6 +377,17 @@ func encodePlan(e *enc, p *mounts.Plan) {
 		e.str("mount target", filepath.Join(stage, target))
 		e.str("mount data", st.Data)
 		e.str("mount step", st.Why)
+		if st.Kind == mounts.Overlay {
+			if (len(st.Lower) == 0 || len(st.Lower) > maxLower || (st.Upper == "") != (st.Work == "")) && e.err == nil {
+				e.err = fmt.Errorf("mount plan: overlay at %s: want 1..%d lower layers and both or neither of upper and work", target, maxLower)
+			}
+			e.u32(uint32(len(st.Lower)))
+			for _, l := range st.Lower {
+				e.str("overlay lower layer", l)
+			}
+			e.str("overlay upper layer", st.Upper)
+			e.str("overlay work directory", st.Work)
+		}
 	}
 }
 

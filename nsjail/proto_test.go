@@ -48,7 +48,7 @@ func TestPlanHintIsTheSetupsTail(t *testing.T) {
 // Every mount step kind has a number the C executor knows (1..HUTCH_STEP_KINDS).
 func TestEveryStepKindIsNumbered(t *testing.T) {
 	kinds := []mounts.Kind{mounts.Bind, mounts.Tmpfs, mounts.Proc, mounts.Devpts, mounts.Sysfs, mounts.Mkdir, mounts.File,
-		mounts.Symlink, mounts.MaskFile, mounts.MaskDir, mounts.ReadOnly, mounts.Pin, mounts.Seal, mounts.Protect, mounts.Hide, mounts.Cover}
+		mounts.Symlink, mounts.MaskFile, mounts.MaskDir, mounts.ReadOnly, mounts.Pin, mounts.Seal, mounts.Protect, mounts.Hide, mounts.Cover, mounts.Overlay}
 	seen := map[uint32]bool{}
 	for _, k := range kinds {
 		n, ok := stepKinds[k]

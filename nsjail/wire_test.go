@@ -17,6 +17,7 @@ func TestSetupGoToC(t *testing.T) {
 		{Kind: mounts.File, Target: "/etc/../etc/hosts", Data: "127.0.0.1 localhost\n", Mode: 0o644},
 		{Kind: mounts.Tmpfs, Target: "/tmp", Size: 512 << 20, Mode: 0o1777},
 		{Kind: mounts.Protect, Target: "/workspace/.git/hooks", NoSymlinks: true},
+		{Kind: mounts.Overlay, Target: "/workspace", Lower: []string{"/home/u/ws", "/l2"}, Upper: "/s/up", Work: "/s/work"},
 	}}
 	m := &message{Op: opSetup, ID: 7, Setup: &Setup{
 		Sandbox: testSandbox(plan, "hutch", 1000, 1001, true), Seccomp: []byte{1}, Timing: true,
@@ -47,6 +48,11 @@ step=7,0,644,0,file,,/etc/hosts,/run/stage/etc/hosts,127.0.0.1 localhost
 ,
 step=2,0,1777,536870912,tmpfs,,/tmp,/run/stage/tmp,,
 step=14,4,0,0,protect,,/workspace/.git/hooks,/run/stage/workspace/.git/hooks,,
+step=17,0,0,0,overlay,,/workspace,/run/stage/workspace,,
+lower=/home/u/ws
+lower=/l2
+upper=/s/up
+work=/s/work
 `, setupSeccomp|setupProxy|setupTiming, len(b)-len(hint))
 	if got != want {
 		t.Errorf("init.c read:\n%s\nwant:\n%s", got, want)

@@ -55,6 +55,10 @@ int hutch_wirecheck_setup(const unsigned char *b, size_t n, char *outp, size_t l
 		const struct hutch_step *st = &s.plan.steps[i];
 		put(&o, "step=%u,%u,%o,%lld,%s,%s,%s,%s,%s,%s\n", st->kind, st->flags, st->mode, (long long)st->size, st->name,
 		    st->source, st->target, st->staged, st->data, st->why);
+		for (uint32_t j = 0; j < st->nlower; j++)
+			put(&o, "lower=%s\n", st->lower[j]);
+		if (st->kind == HUTCH_STEP_OVERLAY)
+			put(&o, "upper=%s\nwork=%s\n", st->upper, st->work);
 	}
 	free(s.plan.steps);
 	return 0;

@@ -147,6 +147,12 @@ func buildMounts(p *policy.Policy, h *Host, sb *Sandbox) (*mounts.Plan, error) {
 		User:           sb.Identity.User,
 		Hostname:       sb.Identity.Hostname,
 		FS:             h.FS,
+		Review:         h.Review,
+	}
+	if p.Filesystem.Review && spec.Review == nil {
+		// The change set is made when the sandbox is (package review);
+		// a plan that is only shown or checked names none.
+		spec.Review = &mounts.Layer{Upper: "(change set)/upper", Work: "(change set)/work"}
 	}
 	fsys := h.FS
 	if fsys == nil {

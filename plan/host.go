@@ -62,6 +62,9 @@ type Host struct {
 	// (policy.BuiltinCaches) found in the tooling tree, by name, each with
 	// the path it was found at.
 	Tools map[string]string
+	// Review is the change set's writable layer when filesystem.review
+	// is on (package review makes it; Gather does not).
+	Review *mounts.Layer
 }
 
 // CgroupFacts is what cgroup.Probe found that planning needs.

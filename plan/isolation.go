@@ -230,6 +230,9 @@ func planLandlockIsolation(p *policy.Policy, h *Host, sb *Sandbox) error {
 	if len(sb.Network.Publish) > 0 {
 		return fmt.Errorf("network.publish (--publish): the landlock isolation has no loopback of its own to forward to, and a command may not bind TCP ports; remove it or use isolation = \"namespaces\"")
 	}
+	if p.Filesystem.Review {
+		return fmt.Errorf("filesystem.review (--review): the landlock isolation has no mounts, so no overlay can keep the workspace's writes apart; remove it or use isolation = \"namespaces\"")
+	}
 	if p.Filesystem.Tooling != policy.ToolingHost {
 		return fmt.Errorf("filesystem.tooling = %q: the landlock isolation has no mounts, so its tooling is the host's: set tooling = %q or isolation = \"namespaces\"", p.Filesystem.Tooling, policy.ToolingHost)
 	}

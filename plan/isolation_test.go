@@ -170,6 +170,7 @@ func TestBuildLandlockIsolation(t *testing.T) {
 		{"publish", func(p *policy.Policy, h *Host) {
 			p.Network.Publish = []policy.PublishEntry{{HostPort: 8080, SandboxPort: 8080}}
 		}, "network.publish"},
+		{"review", func(p *policy.Policy, h *Host) { p.Filesystem.Review = true }, "filesystem.review (--review)"},
 		{"moved bind", func(p *policy.Policy, h *Host) {
 			p.Filesystem.ReadOnly = []policy.Bind{{Source: "/opt", Target: "/data"}}
 		}, "filesystem.read_only[0]: target /data differs from source /opt"},

@@ -278,7 +278,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			"unknown key",
 			"version = 1\n\n[filesystem]\ntooling = \"host\"\n\n# size of /tmp\ntmpsize = \"1GiB\"\n",
-			`policy.toml:7: unknown key "filesystem.tmpsize" (valid keys in [filesystem]: tooling, workspace, workspace_at, protected, read_only, tmp_size, home_size, shm_size, sys, default_caches, cache)`,
+			`policy.toml:7: unknown key "filesystem.tmpsize" (valid keys in [filesystem]: tooling, workspace, workspace_at, protected, read_only, tmp_size, home_size, shm_size, sys, default_caches, cache, review)`,
 		},
 		{
 			"unknown table",

@@ -142,6 +142,11 @@ type Filesystem struct {
 	// outlive sandboxes, bound read-write inside (docs/CACHES.md). An
 	// entry named as a built-in cache replaces it.
 	Cache []Cache `toml:"cache"`
+	// Review, when true, keeps the workspace's writes in a change set
+	// (an overlay's upper layer in hutch's state directory) for the user
+	// to review and apply (docs/REVIEW.md) instead of writing the user's
+	// files.
+	Review bool `toml:"review"`
 }
 
 // Cache is one persistent cache: a directory kept in hutch's cache

@@ -60,6 +60,7 @@ func (p *Policy) Marshal() ([]byte, error) {
 	w("# Persistent caches (docs/CACHES.md), in hutch's cache directory, never the host's:\n")
 	w("# the built-in ones of the toolchains found in the tooling tree (Go, npm, pip, ...).\n")
 	w("default_caches = %t\n", f.DefaultCaches)
+	w("# Review mode: writes to the workspace land in a change set (hutch diff, apply, discard).\nreview = %t\n", f.Review)
 	if len(f.ReadOnly) == 0 {
 		w("# Extra read-only binds, any number of:\n")
 		w("# [[filesystem.read_only]]\n# source = \"/srv/data\"   # host path\n# target = \"/data\"       # inside; \"\" means the same as source\n")

@@ -94,9 +94,17 @@ func TestMalformedInput(t *testing.T) {
 		{"session stop two names", []string{"session", "stop", "a", "b"}, 2, `hutch: usage: hutch session stop NAME`},
 		{"session unknown subcommand", []string{"session", "bogus"}, 125, `hutch: unknown command "bogus" for hutch session: want one of start, ls, ps, logs, kill, stop (see hutch session --help)`},
 
+		// Review mode's commands.
+		{"diff without an id", []string{"diff"}, 2, `hutch: usage: hutch diff [--json] [--stat] ID [PATH...]`},
+		{"diff a change set that does not exist", []string{"diff", "nosuch"}, 1, `hutch: change set nosuch: no such change set (hutch changes lists them)`},
+		{"diff a bad id", []string{"diff", "../x"}, 1, `hutch: change set id "../x": want 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit`},
+		{"apply a change set that does not exist", []string{"apply", "nosuch"}, 1, `hutch: change set nosuch: no such change set`},
+		{"discard without an id", []string{"discard"}, 2, `hutch: usage: hutch discard ID`},
+		{"run --review=x", run("--review=x", "--", "true"), 125, `hutch: invalid boolean value "x" for --review`},
+
 		// The command line of run and exec.
 		{"no command", []string{"run"}, 125, `hutch: no command given: usage: hutch run [flags] -- COMMAND [ARG...]`},
-		{"unknown command", []string{"bogus"}, 125, `hutch: unknown command "bogus" for hutch: want one of run, exec, session, mcp, plan, doctor, policy, seccomp, cache (see hutch --help)`},
+		{"unknown command", []string{"bogus"}, 125, `hutch: unknown command "bogus" for hutch: want one of run, exec, session, mcp, plan, doctor, policy, seccomp, cache, diff, apply, discard, changes (see hutch --help)`},
 		{"unknown flag", run("--bogus", "--", "true"), 125, `hutch: flag provided but not defined: --bogus (see hutch run --help)`},
 		{"--pids not a number", run("--pids", "abc", "--", "true"), 125, `hutch: invalid value "abc" for flag --pids: want a whole number (see hutch run --help)`},
 		{"--cpus not a number", run("--cpus", "x", "--", "true"), 125, `hutch: invalid value "x" for flag --cpus: want a number, e.g. 0.5 (see hutch run --help)`},
@@ -175,7 +183,7 @@ func TestMalformedInput(t *testing.T) {
 		// Unknown keys.
 		pol("unknown-top.toml", "versoin = 1\n", `1: unknown key "versoin" (valid top-level keys: version, enforcement, sandbox, filesystem, resources, network, lifecycle, environment, seccomp)`),
 		pol("unknown-table.toml", "[filesystm]\n", `1: unknown key "filesystm" (valid top-level keys: `),
-		pol("unknown-in-table.toml", "[filesystem]\ntmpsize = \"1GiB\"\n", `2: unknown key "filesystem.tmpsize" (valid keys in [filesystem]: tooling, workspace, workspace_at, protected, read_only, tmp_size, home_size, shm_size, sys, default_caches, cache)`),
+		pol("unknown-in-table.toml", "[filesystem]\ntmpsize = \"1GiB\"\n", `2: unknown key "filesystem.tmpsize" (valid keys in [filesystem]: tooling, workspace, workspace_at, protected, read_only, tmp_size, home_size, shm_size, sys, default_caches, cache, review)`),
 		pol("unknown-in-entry.toml", "[[network.allow]]\nhost = \"a.example.com\"\nreason = \"r\"\nport = 443\n", `4: unknown key "network.allow[0].port" (valid keys in [[network.allow]]: host, ports, addresses, reason)`),
 		pol("unknown-in-bind.toml", "[[filesystem.read_only]]\nsrc = \"/srv\"\n", `2: unknown key "filesystem.read_only[0].src" (valid keys in [[filesystem.read_only]]: source, target)`),
 		pol("unknown-nested.toml", "[sandbox.extra.deep]\nz = 1\n", `1: unknown key "sandbox.extra" (valid keys in [sandbox]: uid, gid, hostname, isolation)`),

@@ -132,11 +132,7 @@ func diagnose(ctx context.Context) *doctorReport {
 	} else {
 		r.SeccompNotify = "unavailable: denials are enforced but not logged (" + why + ")"
 	}
-	if strings.Contains(readTrim("/proc/filesystems"), "overlay") {
-		r.Overlayfs = "overlay filesystem present (mountable in a user namespace from Linux 5.11); hutch does not use it yet"
-	} else {
-		r.Overlayfs = "overlay filesystem not present"
-	}
+	r.Overlayfs = probeReview(ctx, r.CanSandbox)
 	switch readTrim("/proc/sys/dev/tty/legacy_tiocsti") {
 	case "0":
 		r.TIOCSTI = "disabled by the kernel (dev.tty.legacy_tiocsti = 0); the seccomp profile denies it too"

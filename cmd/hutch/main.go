@@ -101,7 +101,7 @@ func newAppUncached() *cli.App {
 		HideHelpCommand:      true,
 		EnableBashCompletion: false,
 		ExitErrHandler:       func(*cli.Context, error) {},
-		Commands:             []*cli.Command{runCommand(), execCommand(), sessionCommand(), mcpCommand(), planCommand(), doctorCommand(), policyCommand(), seccompCommand(), cacheCommand()},
+		Commands:             append([]*cli.Command{runCommand(), execCommand(), sessionCommand(), mcpCommand(), planCommand(), doctorCommand(), policyCommand(), seccompCommand(), cacheCommand()}, reviewCommands()...),
 	}
 }
 
@@ -127,6 +127,7 @@ func policyFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "publish", Usage: "forward the host's `[ADDR:]HOSTPORT:PORT` to PORT on the sandbox's loopback (ADDR default 127.0.0.1; repeatable)"},
 		&cli.StringFlag{Name: "isolation", Usage: "how the sandbox is made: namespaces, landlock (no namespaces: Landlock, seccomp and rlimits only, for hosts without user namespaces; docs/ISOLATION.md) or auto"},
 		&cli.BoolFlag{Name: "no-cache", Usage: "no persistent caches for this run: a cold start, as with filesystem.default_caches = false and no [[filesystem.cache]] (docs/CACHES.md)"},
+		reviewFlag,
 	}
 }
 
@@ -202,6 +203,9 @@ func effectivePolicy(c *cli.Context, workspaceAt string) (*policy.Policy, error)
 			return nil, err
 		}
 		p.Network.Allow = append(p.Network.Allow, e)
+	}
+	if c.IsSet("review") {
+		p.Filesystem.Review = c.Bool("review")
 	}
 	if c.Bool("no-discover") {
 		p.Network.DiscoverRegistries = false
@@ -382,6 +386,9 @@ func runCommand() *cli.Command {
 			}
 			for _, m := range append(res.Messages, res.Warnings...) {
 				fmt.Fprintln(os.Stderr, m)
+			}
+			if res.Review != nil {
+				fmt.Fprintln(os.Stderr, res.Review.Message())
 			}
 			if res.ExitCode != 0 {
 				return &exitError{code: res.ExitCode}

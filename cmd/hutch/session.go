@@ -186,6 +186,7 @@ func sessionServe(c *cli.Context) error {
 	defer stop()
 	sess, err := hutch.NewSession(ctx, &hutch.SessionOptions{
 		Policy: p, HostEnv: os.Environ(), SecurityLog: sl, Logger: logger,
+		ChangeSet: name, SessionName: name, // review mode: the session's change set is named after it
 	})
 	if err != nil {
 		ln.Close()
