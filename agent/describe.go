@@ -50,7 +50,8 @@ func Describe(p *policy.Policy, o DescribeOptions) string {
 		fmt.Fprintf(&b, ", except %s, which stay read-only", strings.Join(p.Filesystem.Protected, ", "))
 	}
 	b.WriteString(". ")
-	if _, rootfs := p.Filesystem.RootfsDir(); rootfs {
+	_, image := p.Filesystem.ImageRef()
+	if _, rootfs := p.Filesystem.RootfsDir(); rootfs || image {
 		b.WriteString("The rest of the filesystem is a read-only image; ")
 	} else {
 		b.WriteString("The host's tools (/usr, /bin, /lib, /opt) are read-only; ")

@@ -86,5 +86,6 @@ func (e *HutchExecutor) Run(ctx context.Context, req ExecRequest) (ExecResult, e
 		TimedOut:  res.TimedOut,
 		Events:    res.Messages,
 		SandboxID: res.SandboxID,
+		Image:     res.Image,
 	}, nil
 }

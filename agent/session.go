@@ -66,7 +66,7 @@ func (e *SessionExecutor) Run(ctx context.Context, req ExecRequest) (ExecResult,
 	if err != nil {
 		return ExecResult{}, err
 	}
-	return ExecResult{ExitCode: res.ExitCode, TimedOut: res.TimedOut, Events: res.Messages, SandboxID: res.SandboxID}, nil
+	return ExecResult{ExitCode: res.ExitCode, TimedOut: res.TimedOut, Events: res.Messages, SandboxID: res.SandboxID, Image: res.Image}, nil
 }
 
 // Close ends the session: every process is killed.

@@ -293,7 +293,7 @@ func (s *Server) exec(ctx context.Context, c *net.UnixConn, req *Request, fds []
 		send(c, &Reply{Op: "exit", ExitCode: hutch.ExitSetup, Messages: []string{"hutch: " + err.Error()}, SandboxID: s.Session.ID()})
 		return
 	}
-	send(c, &Reply{Op: "exit", ExitCode: res.ExitCode, TimedOut: res.TimedOut, Messages: append(res.Messages, res.Warnings...), SandboxID: res.SandboxID})
+	send(c, &Reply{Op: "exit", ExitCode: res.ExitCode, TimedOut: res.TimedOut, Messages: append(res.Messages, res.Warnings...), SandboxID: res.SandboxID, Image: res.Image})
 }
 
 // terminal is the pseudo-terminal a client that relays its terminal asks

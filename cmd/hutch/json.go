@@ -90,7 +90,7 @@ func (e *clientExecutor) Run(ctx context.Context, req agent.ExecRequest) (agent.
 	if err != nil {
 		return agent.ExecResult{}, err
 	}
-	return agent.ExecResult{ExitCode: rep.ExitCode, TimedOut: rep.TimedOut, Events: rep.Messages, SandboxID: rep.SandboxID}, nil
+	return agent.ExecResult{ExitCode: rep.ExitCode, TimedOut: rep.TimedOut, Events: rep.Messages, SandboxID: rep.SandboxID, Image: rep.Image}, nil
 }
 
 // hostCwd is the caller's current directory, "" when it cannot be had: a

@@ -62,6 +62,9 @@ func serveMCP(c *cli.Context) error {
 	if err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
+	if err := ensureImage(c.Context, p); err != nil {
+		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+	}
 	if err := envFlag(c); err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
