@@ -224,7 +224,7 @@ func (u *unpacker) entry(h *tar.Header, r io.Reader) error {
 		f := os.NewFile(uintptr(fd), rel)
 		n, err := io.CopyBuffer(f, r, u.buf)
 		if err == nil {
-			err = f.Chmod(os.FileMode(fileMode(h.Mode)))
+			err = unix.Fchmod(int(f.Fd()), fileMode(h.Mode))
 		}
 		if err == nil {
 			ts := []unix.Timespec{unix.NsecToTimespec(h.ModTime.UnixNano()), unix.NsecToTimespec(h.ModTime.UnixNano())}

@@ -3,13 +3,16 @@ package test
 import (
 	"archive/tar"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	tr "github.com/hutchsandbox/hutch/internal/testregistry"
 )
@@ -123,6 +126,14 @@ func TestImageRunPullsMissing(t *testing.T) {
 	if !strings.Contains(r.stderr, "--image and --tooling") {
 		t.Errorf("stderr: %s", r.stderr)
 	}
+	// A session on the image: its commands report the digest.
+	name := startSession(t, ws, "--image", tag)
+	r = hutch(t, opts{dir: ws}, "exec", "--json", name, "--", "cat", "/etc/os-release")
+	mustCode(t, r, 0)
+	var res map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || !strings.HasPrefix(fmt.Sprint(res["image"]), "sha256:") || res["stdout"] != "ID=hutch-test-image\n" {
+		t.Errorf("session exec --json: %v %v:\n%s", res, err, r.stdout)
+	}
 	// A policy names the image the same way.
 	pol := filepath.Join(userDir(t), "p.toml")
 	writeUserFile(t, pol, "version = 1\n[filesystem]\ntooling = \"image:"+tag+"\"\n")
@@ -183,6 +194,25 @@ func TestImageCLI(t *testing.T) {
 	if !strings.Contains(r.stdout, "deleted 0 layers, 0 blobs") {
 		t.Errorf("prune after rm:\n%s", r.stdout)
 	}
+
+	// A docker-archive tarball, imported under a name of the caller's.
+	arch := filepath.Join(userDir(t), "img.tar")
+	itag, _ := name.NewTag("example.com/hutch-test/archived:v1")
+	if err := tarball.WriteToFile(arch, itag, img); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(arch, 0o644)
+	r = hutch(t, o, "image", "import", "--tag", "local/imported:v1", arch)
+	mustCode(t, r, 0)
+	if !strings.Contains(r.stdout, "index.docker.io/local/imported:v1\ndigest: "+digest) {
+		t.Errorf("import:\n%s%s", r.stdout, r.stderr)
+	}
+	r = hutch(t, o, "run", "--image", "local/imported:v1", "--", "cat", "/cli-test")
+	mustCode(t, r, 0)
+	if r.stdout != "cli\n" {
+		t.Errorf("run on the imported image: %q %s", r.stdout, r.stderr)
+	}
+	mustCode(t, hutch(t, o, "image", "rm", "local/imported:v1"), 0)
 
 	// A blob changed in the registry's storage.
 	l := tr.Layer(t, tr.Entry{Name: "f", Body: strings.Repeat("x", 4096)})

@@ -79,7 +79,7 @@ func imageCommand() *cli.Command {
 			{
 				Name:  "ls",
 				Usage: "list the stored images' names",
-				Flags: []cli.Flag{jsonFlag},
+				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the names as a JSON array"}},
 				Action: withStore(0, "ls [--json]", func(c *cli.Context, st *images.Store) error {
 					es, err := st.List()
 					if err != nil {
