@@ -1,25 +1,30 @@
 package images
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
-	"syscall"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
 )
 
-// Root returns img's flattened tree (roots/sha256/MANIFEST), building it
-// from the stored layers when it is missing.
+// Root returns img's flattened tree (roots/sha256/MANIFEST/BUILD), building
+// it from the stored layers when it is missing.
+//
+// Each build of a root gets a path of its own (BUILD is a new name each
+// time): a root removed and built again is never at the path of the one
+// before, so that nothing holding the old path (an init that opened a
+// plan hint's bind sources) can take the old tree, or a missing one, for
+// the new.
 func (s *Store) Root(img *Image) (string, error) {
-	dst := s.rootPath(img.Digest)
-	if _, err := os.Stat(dst); err == nil {
-		return dst, nil
+	if r, ok := s.builtRoot(img.Digest); ok {
+		return r, nil
 	}
 	unlock, err := s.lock(false)
 	if err != nil {
@@ -53,10 +58,35 @@ func (s *Store) Root(img *Image) (string, error) {
 	if err := f.finish(); err != nil {
 		return "", err
 	}
-	if err := os.Rename(tree, dst); err != nil && !errors.Is(err, fs.ErrExist) && !errors.Is(err, syscall.ENOTEMPTY) {
+	if r, ok := s.builtRoot(img.Digest); ok {
+		return r, nil // built meanwhile by another hutch
+	}
+	dir := s.rootPath(img.Digest)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dir, filepath.Base(tmp))
+	if err := os.Rename(tree, dst); err != nil {
 		return "", fmt.Errorf("image %s: store its root: %w", img.Digest, err)
 	}
 	return dst, nil
+}
+
+// builtRoot is the root built for manifest, if any (the first by name
+// when two hutch processes built one at once).
+func (s *Store) builtRoot(manifest v1.Hash) (string, bool) {
+	dir := s.rootPath(manifest)
+	f, err := os.Open(dir)
+	if err != nil {
+		return "", false
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil || len(names) == 0 {
+		return "", false
+	}
+	slices.Sort(names)
+	return filepath.Join(dir, names[0]), true
 }
 
 // flattener merges layer trees, bottom to top, into dst as an overlay
@@ -113,7 +143,7 @@ func (f *flattener) layer(src string, m *LayerMeta) error {
 			return fmt.Errorf("opaque directory %s: %w", o, err)
 		}
 	}
-	if slicesContains(m.Opaque, "") {
+	if slices.Contains(m.Opaque, "") {
 		if err := f.clearRoot(); err != nil {
 			return err
 		}
@@ -219,13 +249,4 @@ func linkOrCopy(from, to string, info fs.FileInfo) error {
 		return err
 	}
 	return os.Chtimes(to, info.ModTime(), info.ModTime())
-}
-
-func slicesContains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }

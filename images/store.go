@@ -11,7 +11,9 @@
 //	                         into place
 //	layers/sha256/DIFFID/    one unpacked layer: fs/ (the tree), meta.json (its
 //	                         whiteouts, opaque directories, what was skipped)
-//	roots/sha256/MANIFEST/   an image's layers flattened, bottom to top
+//	roots/sha256/MANIFEST/BUILD/
+//	                         an image's layers flattened, bottom to top (each
+//	                         build at a new BUILD name: see Root)
 //	index.json               names (registry/repo:tag, registry/repo@digest)
 //	                         to manifest digests
 //	tmp/                     work in progress (renamed into place when done)

@@ -126,6 +126,34 @@ func TestImageRunPullsMissing(t *testing.T) {
 	if !strings.Contains(r.stderr, "--image and --tooling") {
 		t.Errorf("stderr: %s", r.stderr)
 	}
+	// The flattened root removed (as by hand, or a prune racing a run): the
+	// next run builds it again, at a new path, which a plan hint of the
+	// old path cannot stand in for. An image without /etc: every bind of
+	// its root is optional, so that a hint whose sources are missing
+	// still builds (it did, and the command was not found).
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noEtc, _ := reg.Push(t, "hutch-test/noetc:v1", tr.Image(t, v1.Config{}, tr.Layer(t,
+		tr.Entry{Name: "bin/busybox", Body: string(bb), Mode: 0o755}, tr.Entry{Name: "bin/true", Type: tar.TypeSymlink, Linkname: "busybox"})))
+	mustCode(t, hutch(t, opts{dir: ws}, "image", "pull", noEtc), 0)
+	r = hutch(t, opts{dir: ws}, "image", "inspect", noEtc)
+	var in struct{ Root string }
+	if err := json.Unmarshal([]byte(r.stdout), &in); err != nil || in.Root == "" {
+		t.Fatalf("inspect: %v\n%s", err, r.stdout)
+	}
+	for i := 0; i < 3; i++ {
+		if err := os.RemoveAll(filepath.Dir(in.Root)); err != nil {
+			t.Fatal(err)
+		}
+		// The first run stores the plan hint that the next ones find.
+		r = hutch(t, opts{dir: ws}, "run", "--image", noEtc, "--", "true")
+		if r.code != 0 {
+			t.Errorf("run %d after the root was removed: exit %d %s", i, r.code, r.stderr)
+		}
+	}
+
 	// A session on the image: its commands report the digest.
 	name := startSession(t, ws, "--image", tag)
 	r = hutch(t, opts{dir: ws}, "exec", "--json", name, "--", "cat", "/etc/os-release")

@@ -34,6 +34,7 @@ type doctorReport struct {
 	SeccompNotify  string            `json:"seccomp_notify"`
 	Overlayfs      string            `json:"overlayfs"`
 	TIOCSTI        string            `json:"tiocsti"`
+	Images         string            `json:"images"`
 	MCPServer      string            `json:"mcp_server"`
 	Areas          map[string]string `json:"areas"`
 	CanSandbox     bool              `json:"can_sandbox"`
@@ -149,6 +150,7 @@ func diagnose(ctx context.Context) *doctorReport {
 		r.TIOCSTI = "no sysctl (older kernel); the seccomp profile denies it"
 	}
 	r.MCPServer = mcpServerStatus()
+	r.Images = imagesStatus()
 
 	// Per policy area.
 	if !r.CanSandbox {
@@ -212,6 +214,7 @@ func printDoctor(r *doctorReport) {
 	row("seccomp notify", r.SeccompNotify)
 	row("overlayfs", r.Overlayfs)
 	row("TIOCSTI", r.TIOCSTI)
+	row("images", r.Images)
 	row("hutch mcp", r.MCPServer)
 	fmt.Println("\nwhat a sandbox gets here:")
 	for _, a := range []string{"FILESYSTEM", "RESOURCES", "NETWORK", "LIFECYCLE"} {

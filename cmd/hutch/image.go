@@ -286,6 +286,22 @@ func printRemoved(rm *images.Removed) {
 	fmt.Printf("deleted %d layers, %d blobs, %s\n", len(rm.Layers), len(rm.Blobs), mib(rm.Bytes))
 }
 
+// imagesStatus is hutch doctor's line on the image store.
+func imagesStatus() string {
+	d := images.DefaultDir()
+	if d == "" {
+		return "no image store: " + images.ErrNoStore.Error()
+	}
+	n := 0
+	if st, err := os.Stat(d); err == nil && st.IsDir() {
+		if s, err := images.Open(d); err == nil {
+			es, _ := s.List()
+			n = len(es)
+		}
+	}
+	return fmt.Sprintf("store %s (%d names); an image's root is a flattened tree of hard links to its unpacked layers, bound read-only (not an overlay mount: see docs/IMAGES.md)", d, n)
+}
+
 // inspected is hutch image inspect's object.
 type inspected struct {
 	Names        []string         `json:"names"`

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# hutch image benchmarks (issue 20), each a ratio from ONE hyperfine run:
+#   1. hutch run --image IMG -- true  against  hutch run -- true
+#      (and the first run after the image's flattened root was removed,
+#      which builds it again: the flatten time)
+#   2. hutch image pull IMG (into an empty store)  against  crane pull of the
+#      same image into an OCI layout, from the same loopback registry
+#   3. hutch image pull of an image already stored: the registry's access log
+#      must show no blob transferred
+# The registry is Debian's docker-registry on 127.0.0.1, the image busybox
+# plus the host's python3.11 and perl trees (three layers); crane v0.22.1
+# (the library's own CLI) is installed into a temporary GOBIN.
+# Results: bench/results/images-*.json and images-summary.txt.
+#
+#   bash bench/images.sh        # uses $HUTCH_BIN or bin/hutch
+#
+# As root, hutch and hyperfine run as uid/gid 65534 with their own HOME and
+# XDG directories. Knobs: BENCH_RUNS (default 40), BENCH_PULL_RUNS (10).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=$ROOT/bench/results
+RUNS=${BENCH_RUNS:-40}
+PULL_RUNS=${BENCH_PULL_RUNS:-10}
+SRC_BIN=${HUTCH_BIN:-$ROOT/bin/hutch}
+say() { printf 'bench: %s\n' "$*" >&2; }
+for c in hyperfine docker-registry python3 go; do
+	command -v "$c" >/dev/null || { say "$c is required (apt-get install hyperfine docker-registry python3; Go for crane)"; exit 1; }
+done
+[ -x "$SRC_BIN" ] || make -C "$ROOT" build >&2
+mkdir -p "$OUT"
+
+WORK=$(mktemp -d /tmp/hutch-bench-images.XXXXXX)
+chmod 755 "$WORK"
+REG_PID=
+cleanup() {
+	[ -n "$REG_PID" ] && kill "$REG_PID" 2>/dev/null && wait "$REG_PID" 2>/dev/null
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+[ -n "${BENCH_KEEP:-}" ] && trap - EXIT
+
+# The unprivileged user's world.
+mkdir -p "$WORK/bin" "$WORK/ws" "$WORK/home" "$WORK/layout" "$WORK/res"
+cp "$SRC_BIN" "$WORK/bin/hutch"
+GOBIN=$WORK/gobin go install github.com/google/go-containerregistry/cmd/crane@v0.22.1
+cp "$WORK/gobin/crane" "$WORK/bin/crane"
+chmod 755 "$WORK/bin" "$WORK/bin/hutch" "$WORK/bin/crane"
+ENVV=(HOME="$WORK/home" XDG_CACHE_HOME="$WORK/home/cache" XDG_STATE_HOME="$WORK/home/state"
+	XDG_DATA_HOME="$WORK/home/data" XDG_RUNTIME_DIR="$WORK/home/run" PATH=/usr/bin:/bin)
+AS=(env "${ENVV[@]}")
+if [ "$(id -u)" = 0 ]; then
+	chown -R 65534:65534 "$WORK/ws" "$WORK/home" "$WORK/layout" "$WORK/res"
+	AS=(setpriv --reuid=65534 --regid=65534 --clear-groups env "${ENVV[@]}")
+fi
+HUTCH=$WORK/bin/hutch
+STORE=$WORK/home/data/hutch/images
+
+# The registry.
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+cat >"$WORK/registry.yml" <<EOF
+version: 0.1
+log: {level: info}
+storage: {filesystem: {rootdirectory: $WORK/registry}}
+http: {addr: 127.0.0.1:$PORT}
+EOF
+docker-registry serve "$WORK/registry.yml" >"$WORK/registry.log" 2>&1 &
+REG_PID=$!
+for _ in $(seq 100); do curl -fs "http://127.0.0.1:$PORT/v2/" >/dev/null && break; sleep 0.05; done
+
+# The image: busybox, python3.11, perl, one layer each.
+mkdir -p "$WORK/bb/bin"
+cp /bin/busybox "$WORK/bb/bin/"
+for a in sh true cat ls; do ln -s busybox "$WORK/bb/bin/$a"; done
+tar -C "$WORK/bb" -czf "$WORK/l1.tar.gz" .
+tar -C / -czf "$WORK/l2.tar.gz" usr/lib/python3.11
+tar -C / -czf "$WORK/l3.tar.gz" usr/share/perl
+IMG=127.0.0.1:$PORT/bench/tools:v1
+"$WORK/bin/crane" append -b "" -f "$WORK/l1.tar.gz" -f "$WORK/l2.tar.gz" -f "$WORK/l3.tar.gz" -t "$IMG" >/dev/null 2>&1 ||
+	"$WORK/bin/crane" append -f "$WORK/l1.tar.gz" -f "$WORK/l2.tar.gz" -f "$WORK/l3.tar.gz" -t "$IMG" >/dev/null
+SIZE=$(du -cb "$WORK"/l?.tar.gz | tail -1 | cut -f1)
+say "image $IMG: $((SIZE / 1048576)) MiB compressed"
+
+cd "$WORK/ws"
+"${AS[@]}" "$HUTCH" image pull "$IMG" >/dev/null
+"${AS[@]}" "$HUTCH" run -- true
+"${AS[@]}" "$HUTCH" run --image "$IMG" -- true
+
+say "run --image vs run ($RUNS runs)"
+"${AS[@]}" hyperfine -N --warmup 5 --runs "$RUNS" --export-json "$WORK/res/images-run.json" \
+	-n host "$HUTCH run -- true" \
+	-n image "$HUTCH run --image $IMG -- true" \
+	-n image-reflatten --prepare "sh -c 'rm -rf $STORE/roots/sha256/*'" "$HUTCH run --image $IMG -- true" >&2
+
+say "pull vs crane pull ($PULL_RUNS runs)"
+"${AS[@]}" hyperfine --warmup 1 --runs "$PULL_RUNS" --export-json "$WORK/res/images-pull.json" \
+	-n crane --prepare "rm -rf $WORK/layout/oci" "$WORK/bin/crane pull --format=oci $IMG $WORK/layout/oci" \
+	-n hutch --prepare "rm -rf $WORK/home/data" "$HUTCH image pull $IMG" >&2
+
+"${AS[@]}" "$HUTCH" image pull "$IMG" >/dev/null
+before=$(grep -c '"GET /v2/bench/tools/blobs/' "$WORK/registry.log" || true)
+"${AS[@]}" "$HUTCH" image pull "$IMG" >"$WORK/repull.txt"
+after=$(grep -c '"GET /v2/bench/tools/blobs/' "$WORK/registry.log" || true)
+
+cp "$WORK"/res/images-run.json "$WORK"/res/images-pull.json "$OUT/"
+python3 - "$OUT" "$SIZE" "$((after - before))" "$WORK/repull.txt" <<'EOF' | tee "$OUT/images-summary.txt"
+import json, sys
+out, size, repull_gets, repull = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+def load(n):
+    return {r["command"]: r for r in json.load(open(f"{out}/images-{n}.json"))["results"]}
+r = load("run")
+med = lambda x: sorted(x["times"])[len(x["times"]) // 2]
+h, i, f = med(r["host"]), med(r["image"]), med(r["image-reflatten"])
+print(f"run -- true: {h*1e3:.2f} ms; run --image -- true: {i*1e3:.2f} ms; ratio {i/h:.2f} (target <= 1.3)")
+print(f"run --image after the root was removed (flatten again): {f*1e3:.2f} ms (flatten ~{(f-i)*1e3:.1f} ms)")
+p = load("pull")
+c, u = med(p["crane"]), med(p["hutch"])
+mib = size / 1048576
+print(f"pull of {mib:.1f} MiB (compressed): crane {c*1e3:.0f} ms ({mib/c:.0f} MiB/s), hutch {u*1e3:.0f} ms ({mib/u:.0f} MiB/s); throughput ratio hutch/crane {c/u:.2f} (target >= 0.8)")
+print(f"pull of a stored image: {repull_gets} blob GETs (target 0); hutch says: " + open(repull).read().splitlines()[-1])
+EOF
