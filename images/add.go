@@ -55,6 +55,9 @@ type AddOptions struct {
 	Progress Progress
 	// Jobs is how many layers are fetched at once (default 4).
 	Jobs int
+	// NoUnpack stores the verified blobs only: the layers are unpacked
+	// and the root built when a sandbox first uses the image (Root).
+	NoUnpack bool
 }
 
 // Add stores img: its manifest, config and every layer the store lacks,
@@ -115,13 +118,13 @@ func (s *Store) Add(ctx context.Context, img v1.Image, o AddOptions) (*Report, e
 		if l.Digest.Algorithm != "sha256" || l.DiffID.Algorithm != "sha256" {
 			return nil, fmt.Errorf("layer %s: hutch verifies sha256 digests only", l.Digest)
 		}
-		if s.hasLayer(l.DiffID) || done[l.DiffID] {
+		if s.hasLayer(l.DiffID) || done[l.DiffID] || (o.NoUnpack && s.hasBlob(l.Digest)) {
 			rep.Present = append(rep.Present, l.Digest)
 			continue
 		}
 		done[l.DiffID] = true
 		g.Go(func() error {
-			n, err := s.fetchLayer(gctx, img, l, o.Progress)
+			n, err := s.fetchLayer(gctx, img, l, o.NoUnpack, o.Progress)
 			if err != nil {
 				return err
 			}
@@ -146,20 +149,22 @@ func (s *Store) Add(ctx context.Context, img v1.Image, o AddOptions) (*Report, e
 		}
 	}
 	stored := &Image{Digest: mDigest, Manifest: m, Config: cfg, Layers: ls}
-	for _, l := range ls {
-		meta, err := s.Meta(l)
-		if err != nil {
-			return nil, err
-		}
-		rep.Skipped = append(rep.Skipped, meta.Skipped...)
-	}
-	t0 := time.Now()
 	unlock()
 	unlock = func() {}
-	if rep.Root, err = s.Root(stored); err != nil {
-		return nil, err
+	if !o.NoUnpack {
+		t0 := time.Now()
+		if rep.Root, err = s.Root(stored); err != nil {
+			return nil, err
+		}
+		rep.RootTime = time.Since(t0)
+		for _, l := range ls {
+			meta, err := s.Meta(l)
+			if err != nil {
+				return nil, err
+			}
+			rep.Skipped = append(rep.Skipped, meta.Skipped...)
+		}
 	}
-	rep.RootTime = time.Since(t0)
 	now := time.Now().UTC()
 	if err := s.updateIndex(func(es []Entry) []Entry {
 		for _, n := range o.Names {
@@ -183,10 +188,9 @@ func (s *Store) Add(ctx context.Context, img v1.Image, o AddOptions) (*Report, e
 	return rep, nil
 }
 
-// fetchLayer reads l's compressed blob once: into the blob store and,
-// decompressed, into an unpacked tree; both are renamed into place only
-// when the blob's digest and the tar's diff id are what the image says.
-func (s *Store) fetchLayer(ctx context.Context, img v1.Image, l Layer, progress Progress) (int64, error) {
+// fetchLayer transfers l from img: into the blob store and, unless
+// blobOnly, unpacked.
+func (s *Store) fetchLayer(ctx context.Context, img v1.Image, l Layer, blobOnly bool, progress Progress) (int64, error) {
 	cl, err := img.LayerByDigest(l.Digest)
 	if err != nil {
 		return 0, fmt.Errorf("layer %s: %w", l.Digest, err)
@@ -196,60 +200,97 @@ func (s *Store) fetchLayer(ctx context.Context, img v1.Image, l Layer, progress 
 		return 0, fmt.Errorf("layer %s: %w", l.Digest, err)
 	}
 	defer rc.Close()
+	return s.storeLayer(ctx, rc, l, true, !blobOnly, progress)
+}
+
+// unpackStored unpacks a layer whose blob the store has (pulled with
+// --no-unpack), checking both digests again.
+func (s *Store) unpackStored(ctx context.Context, l Layer) error {
+	f, err := os.Open(s.blobPath(l.Digest))
+	if err != nil {
+		return fmt.Errorf("layer %s is missing from the store (pull the image again): %w", l.Digest, err)
+	}
+	defer f.Close()
+	_, err = s.storeLayer(ctx, f, l, false, true, nil)
+	return err
+}
+
+// storeLayer reads l's compressed blob from rc once: into the blob store
+// (keepBlob) and, decompressed, into an unpacked tree (unpack); each is
+// renamed into place only when the blob's digest and the tar's diff id
+// are what the image says.
+func (s *Store) storeLayer(ctx context.Context, rc io.Reader, l Layer, keepBlob, unpack bool, progress Progress) (int64, error) {
 	work, err := os.MkdirTemp(s.tmpDir(), "layer-")
 	if err != nil {
 		return 0, err
 	}
 	defer removeTree(work)
-	blob, err := os.Create(filepath.Join(work, "blob"))
-	if err != nil {
-		return 0, err
-	}
-	defer blob.Close()
-	blobHash := sha256.New()
-	pr, pw := io.Pipe()
-	var n atomic.Int64
-	copyDone := make(chan error, 1)
-	go func() {
-		// The network side: blob file, digest, and the unpacker's pipe.
-		src := io.Reader(rc)
-		if progress != nil {
-			src = &countingReader{r: rc, f: func(k int64) { progress(l.Digest, n.Add(k), l.Size) }}
-		} else {
-			src = &countingReader{r: rc, f: func(k int64) { n.Add(k) }}
+	var blob io.Writer = io.Discard
+	var blobFile *os.File
+	if keepBlob {
+		if blobFile, err = os.Create(filepath.Join(work, "blob")); err != nil {
+			return 0, err
 		}
-		_, err := io.Copy(io.MultiWriter(blob, blobHash, pw), ctxReader{ctx, src})
-		pw.CloseWithError(err)
-		copyDone <- err
-	}()
-	diffHash := sha256.New()
-	meta, uerr := unpackStream(pr, diffHash, work)
-	if uerr != nil {
-		// The rest of the blob, so that its digest says whether it is
-		// the content that is wrong or the layer that is refused.
-		io.Copy(io.Discard, pr)
+		defer blobFile.Close()
+		blob = blobFile
 	}
-	cerr := <-copyDone
+	blobHash := sha256.New()
+	var n atomic.Int64
+	src := &countingReader{r: rc, f: func(k int64) { n.Add(k) }}
+	if progress != nil {
+		src.f = func(k int64) { progress(l.Digest, n.Add(k), l.Size) }
+	}
+	var (
+		meta       *LayerMeta
+		uerr, cerr error
+	)
+	diffHash := sha256.New()
+	if unpack {
+		pr, pw := io.Pipe()
+		copyDone := make(chan error, 1)
+		go func() {
+			// The network side: blob file, digest, and the unpacker's pipe.
+			_, err := io.Copy(io.MultiWriter(blob, blobHash, pw), ctxReader{ctx, src})
+			pw.CloseWithError(err)
+			copyDone <- err
+		}()
+		meta, uerr = unpackStream(pr, diffHash, work)
+		if uerr != nil {
+			// The rest of the blob, so that its digest says whether it is
+			// the content that is wrong or the layer that is refused.
+			io.Copy(io.Discard, pr)
+		}
+		cerr = <-copyDone
+	} else {
+		_, cerr = io.Copy(io.MultiWriter(blob, blobHash), ctxReader{ctx, src})
+	}
 	if cerr != nil {
 		return 0, fmt.Errorf("layer %s: %w", l.Digest, cerr)
 	}
 	if got := "sha256:" + hex.EncodeToString(blobHash.Sum(nil)); got != l.Digest.String() {
-		return 0, fmt.Errorf("layer %s: the content received has digest %s: refused (the registry or the archive is corrupt, or was tampered with)", l.Digest, got)
+		return 0, fmt.Errorf("layer %s: the content received has digest %s: refused (the registry, the archive or the store is corrupt, or was tampered with)", l.Digest, got)
 	}
 	if uerr != nil {
 		return 0, fmt.Errorf("layer %s: %w", l.Digest, uerr)
 	}
-	if got := "sha256:" + hex.EncodeToString(diffHash.Sum(nil)); got != l.DiffID.String() {
-		return 0, fmt.Errorf("layer %s: its uncompressed content has digest %s, the image's config says %s: refused", l.Digest, got, l.DiffID)
+	if unpack {
+		if got := "sha256:" + hex.EncodeToString(diffHash.Sum(nil)); got != l.DiffID.String() {
+			return 0, fmt.Errorf("layer %s: its uncompressed content has digest %s, the image's config says %s: refused", l.Digest, got, l.DiffID)
+		}
+	}
+	if keepBlob {
+		if err := blobFile.Close(); err != nil {
+			return 0, err
+		}
+		if err := os.Rename(filepath.Join(work, "blob"), s.blobPath(l.Digest)); err != nil {
+			return 0, err
+		}
+	}
+	if !unpack {
+		return n.Load(), nil
 	}
 	mb, _ := json.Marshal(meta)
 	if err := os.WriteFile(filepath.Join(work, "meta.json"), mb, 0o600); err != nil {
-		return 0, err
-	}
-	if err := blob.Close(); err != nil {
-		return 0, err
-	}
-	if err := os.Rename(filepath.Join(work, "blob"), s.blobPath(l.Digest)); err != nil {
 		return 0, err
 	}
 	// The layer directory: fs/ and meta.json, renamed as one.

@@ -1,6 +1,7 @@
 package images
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"io/fs"
@@ -33,7 +34,10 @@ func (s *Store) Root(img *Image) (string, error) {
 	defer unlock()
 	for _, l := range img.Layers {
 		if !s.hasLayer(l.DiffID) {
-			return "", fmt.Errorf("image %s: layer %s is missing from the store (pull the image again)", img.Digest, l.DiffID)
+			// Pulled with --no-unpack: unpacked now, from the stored blob.
+			if err := s.unpackStored(context.Background(), l); err != nil {
+				return "", fmt.Errorf("image %s: %w", img.Digest, err)
+			}
 		}
 	}
 	tmp, err := os.MkdirTemp(s.tmpDir(), "root-")

@@ -196,6 +196,12 @@ func (s *Store) Meta(l Layer) (*LayerMeta, error) {
 	return &m, nil
 }
 
+// hasBlob: the store has blob h.
+func (s *Store) hasBlob(h v1.Hash) bool {
+	_, err := os.Stat(s.blobPath(h))
+	return err == nil
+}
+
 // hasLayer: the layer is unpacked in the store.
 func (s *Store) hasLayer(diffID v1.Hash) bool {
 	_, err := os.Stat(filepath.Join(s.layerPath(diffID), "meta.json"))

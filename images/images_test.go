@@ -321,3 +321,47 @@ func TestImport(t *testing.T) {
 		t.Errorf("import of a plain directory: %v", err)
 	}
 }
+
+// A pull with NoUnpack stores the verified blobs only; the first Root
+// unpacks them, checking their digests again: a stored blob changed
+// since is refused.
+func TestPullNoUnpack(t *testing.T) {
+	reg := tr.Start(t)
+	tag, _ := reg.Push(t, "test/lazy:v1", tr.Image(t, v1.Config{}, base(t), upper(t)))
+	s, _ := Open(t.TempDir())
+	rep, err := s.Pull(context.Background(), tag, PullOptions{NoUnpack: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Root != "" || len(rep.Fetched) != 2 {
+		t.Errorf("report %+v", rep)
+	}
+	if es, _ := os.ReadDir(filepath.Join(s.Dir, "layers", "sha256")); len(es) != 0 {
+		t.Errorf("layers unpacked: %v", es)
+	}
+	img, err := s.Lookup(tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Tamper with the lower layer's stored blob: Root refuses it.
+	bp := s.blobPath(img.Layers[0].Digest)
+	good, _ := os.ReadFile(bp)
+	bad := append([]byte{}, good...)
+	bad[len(bad)/2] ^= 1
+	os.WriteFile(bp, bad, 0o600)
+	if _, err := s.Root(img); err == nil || !strings.Contains(err.Error(), img.Layers[0].Digest.String()) {
+		t.Errorf("root from a changed blob: %v", err)
+	}
+	os.WriteFile(bp, good, 0o600)
+	root, err := s.Root(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, filepath.Join(root, "opq/c")); got != "c\n" {
+		t.Errorf("opq/c = %q", got)
+	}
+	// Pulled again with unpacking: nothing is transferred.
+	if rep, err = s.Pull(context.Background(), tag, PullOptions{}); err != nil || len(rep.Fetched) != 0 {
+		t.Errorf("pull again: %+v %v", rep, err)
+	}
+}

@@ -51,8 +51,9 @@ func imageCommand() *cli.Command {
 				Name:      "pull",
 				Usage:     "fetch an image from its registry into hutch's store (every blob verified against its digest; layers already stored are not fetched)",
 				ArgsUsage: "REF (REGISTRY/REPOSITORY:TAG or REGISTRY/REPOSITORY@sha256:HEX)",
-				Action: withStore(1, "pull REF", func(c *cli.Context, st *images.Store) error {
-					rep, err := pullImage(c.Context, st, c.Args().First(), false)
+				Flags:     []cli.Flag{&cli.BoolFlag{Name: "no-unpack", Usage: "store the verified blobs only; the layers are unpacked when a sandbox first uses the image"}},
+				Action: withStore(1, "pull [--no-unpack] REF", func(c *cli.Context, st *images.Store) error {
+					rep, err := pullImage(c.Context, st, c.Args().First(), false, c.Bool("no-unpack"))
 					if err != nil {
 						return fail(err)
 					}
@@ -189,17 +190,17 @@ func ensureImage(ctx context.Context, p *policy.Policy) error {
 		return err // a bare digest names no registry
 	}
 	fmt.Fprintf(os.Stderr, "hutch: image %s is not in the store: pulling it (hutch image pull)\n", ref)
-	if _, err := pullImage(ctx, st, ref, true); err != nil {
+	if _, err := pullImage(ctx, st, ref, true, false); err != nil {
 		return fmt.Errorf("filesystem.tooling %q: %w", p.Filesystem.Tooling, err)
 	}
 	return nil
 }
 
 // pullImage pulls ref with progress on a terminal.
-func pullImage(ctx context.Context, st *images.Store, ref string, quiet bool) (*images.Report, error) {
+func pullImage(ctx context.Context, st *images.Store, ref string, quiet, noUnpack bool) (*images.Report, error) {
 	pr, stop := progress()
 	defer stop()
-	rep, err := st.Pull(ctx, ref, images.PullOptions{Progress: pr})
+	rep, err := st.Pull(ctx, ref, images.PullOptions{Progress: pr, NoUnpack: noUnpack})
 	if err == nil && quiet && len(rep.Skipped) > 0 {
 		fmt.Fprintf(os.Stderr, "hutch: image %s: %d entries not unpacked (hutch image inspect lists them)\n", ref, len(rep.Skipped))
 	}
@@ -274,6 +275,9 @@ func printReport(rep *images.Report) {
 	}
 	fmt.Printf("digest: %s\n", img.Digest)
 	fmt.Printf("layers: %d fetched (%s), %d already stored\n", len(rep.Fetched), mib(rep.Bytes), len(rep.Present))
+	if rep.Root == "" {
+		fmt.Println("not unpacked yet: the first sandbox on the image unpacks it")
+	}
 	for _, s := range rep.Skipped {
 		fmt.Printf("not unpacked: %s\n", s)
 	}
