@@ -118,7 +118,9 @@ func (s *Store) Add(ctx context.Context, img v1.Image, o AddOptions) (*Report, e
 		if l.Digest.Algorithm != "sha256" || l.DiffID.Algorithm != "sha256" {
 			return nil, fmt.Errorf("layer %s: hutch verifies sha256 digests only", l.Digest)
 		}
-		if s.hasLayer(l.DiffID) || done[l.DiffID] || (o.NoUnpack && s.hasBlob(l.Digest)) {
+		// A blob stored by a pull with NoUnpack is unpacked from the
+		// store (by Root below), not transferred again.
+		if s.hasLayer(l.DiffID) || done[l.DiffID] || s.hasBlob(l.Digest) {
 			rep.Present = append(rep.Present, l.Digest)
 			continue
 		}
@@ -211,8 +213,13 @@ func (s *Store) unpackStored(ctx context.Context, l Layer) error {
 		return fmt.Errorf("layer %s is missing from the store (pull the image again): %w", l.Digest, err)
 	}
 	defer f.Close()
-	_, err = s.storeLayer(ctx, f, l, false, true, nil)
-	return err
+	if _, err = s.storeLayer(ctx, f, l, false, true, nil); err != nil {
+		// A blob that cannot be unpacked is dropped: the next pull
+		// fetches it again.
+		os.Remove(s.blobPath(l.Digest))
+		return fmt.Errorf("%w (the stored blob was removed: pull the image again)", err)
+	}
+	return nil
 }
 
 // storeLayer reads l's compressed blob from rc once: into the blob store

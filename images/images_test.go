@@ -352,6 +352,9 @@ func TestPullNoUnpack(t *testing.T) {
 	if _, err := s.Root(img); err == nil || !strings.Contains(err.Error(), img.Layers[0].Digest.String()) {
 		t.Errorf("root from a changed blob: %v", err)
 	}
+	if _, err := os.Stat(bp); err == nil {
+		t.Errorf("the changed blob was kept")
+	}
 	os.WriteFile(bp, good, 0o600)
 	root, err := s.Root(img)
 	if err != nil {
@@ -363,5 +366,17 @@ func TestPullNoUnpack(t *testing.T) {
 	// Pulled again with unpacking: nothing is transferred.
 	if rep, err = s.Pull(context.Background(), tag, PullOptions{}); err != nil || len(rep.Fetched) != 0 {
 		t.Errorf("pull again: %+v %v", rep, err)
+	}
+	// Another image on the same blobs, pulled with unpacking after a
+	// --no-unpack pull: its layers come from the store, not the registry.
+	tag2, _ := reg.Push(t, "test/lazy2:v1", tr.Image(t, v1.Config{}, base(t), upper(t), tr.Layer(t, E{Name: "x2", Body: "2"})))
+	s2, _ := Open(t.TempDir())
+	if _, err := s2.Pull(context.Background(), tag2, PullOptions{NoUnpack: true}); err != nil {
+		t.Fatal(err)
+	}
+	gets := reg.BlobGets()
+	rep, err = s2.Pull(context.Background(), tag2, PullOptions{})
+	if err != nil || len(rep.Fetched) != 0 || rep.Root == "" || reg.BlobGets() != gets {
+		t.Errorf("pull after a --no-unpack pull: %+v %v, %d blob GETs", rep, err, reg.BlobGets()-gets)
 	}
 }
