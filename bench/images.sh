@@ -15,13 +15,15 @@
 #   bash bench/images.sh        # uses $HUTCH_BIN or bin/hutch
 #
 # As root, hutch and hyperfine run as uid/gid 65534 with their own HOME and
-# XDG directories. Knobs: BENCH_RUNS (default 40), BENCH_PULL_RUNS (10).
+# XDG directories. Knobs: BENCH_RUNS (default 40), BENCH_PULL_RUNS (10),
+# BENCH_IL_RUNS (interleaved rounds, 200).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=$ROOT/bench/results
 RUNS=${BENCH_RUNS:-40}
 PULL_RUNS=${BENCH_PULL_RUNS:-10}
+IL_RUNS=${BENCH_IL_RUNS:-200}
 SRC_BIN=${HUTCH_BIN:-$ROOT/bin/hutch}
 say() { printf 'bench: %s\n' "$*" >&2; }
 for c in hyperfine docker-registry python3 go; do
@@ -85,7 +87,12 @@ cd "$WORK/ws"
 "${AS[@]}" "$HUTCH" run -- true
 "${AS[@]}" "$HUTCH" run --image "$IMG" -- true
 
-say "run --image vs run ($RUNS runs)"
+say "run --image vs run, interleaved ($IL_RUNS rounds)"
+# Alternating rounds (bench/interleave.py): the ratio of two ~20 ms commands
+# on a shared machine is steadier than from one hyperfine run of each.
+"${AS[@]}" python3 "$ROOT/bench/interleave.py" "$IL_RUNS" 10 "$WORK/res/images-interleave.json" \
+	host "$HUTCH run -- true" image "$HUTCH run --image $IMG -- true"
+say "run --image vs run, and after the root was removed ($RUNS runs)"
 # One --prepare per command (hyperfine pairs them in order): only the
 # third removes the flattened root before each run.
 "${AS[@]}" hyperfine -N --warmup 5 --runs "$RUNS" --export-json "$WORK/res/images-run.json" \
@@ -100,6 +107,11 @@ say "pull vs crane pull ($PULL_RUNS runs)"
 	-n crane "$WORK/bin/crane pull --format=oci $IMG $WORK/layout/oci" \
 	-n hutch "$HUTCH image pull $IMG" \
 	-n hutch-no-unpack "$HUTCH image pull --no-unpack $IMG" >&2
+
+say "pull --no-unpack vs crane pull, interleaved ($((PULL_RUNS * 3)) rounds; each removes its store first)"
+"${AS[@]}" python3 "$ROOT/bench/interleave.py" "$((PULL_RUNS * 3))" 3 "$WORK/res/images-pull-interleave.json" \
+	crane "sh -c 'rm -rf $WORK/layout/oci; exec $WORK/bin/crane pull --format=oci $IMG $WORK/layout/oci'" \
+	hutch-no-unpack "sh -c 'rm -rf $WORK/home/data; exec $HUTCH image pull --no-unpack $IMG'"
 
 "${AS[@]}" "$HUTCH" image pull "$IMG" >/dev/null
 before=$(grep -c '"GET /v2/bench/tools/blobs/' "$WORK/registry.log" || true)
@@ -116,7 +128,7 @@ for i in range(1000):
     os.close(os.open(f"{d}/f{i}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
 print(round((time.time() - t) * 1000))' "$WORK/home/create-test")
 echo "unpacked entries: $FILES; creating 1000 empty files on the store's file system: $CREATE_MS ms" >"$WORK/res/fs.txt"
-cp "$WORK"/res/images-run.json "$WORK"/res/images-pull.json "$OUT/"
+cp "$WORK"/res/images-run.json "$WORK"/res/images-pull.json "$WORK"/res/images-interleave.json "$WORK"/res/images-pull-interleave.json "$OUT/"
 python3 - "$OUT" "$SIZE" "$((after - before))" "$WORK/repull.txt" <<'EOF' | tee "$OUT/images-summary.txt"
 import json, sys
 out, size, repull_gets, repull = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -125,7 +137,10 @@ def load(n):
 r = load("run")
 med = lambda x: sorted(x["times"])[len(x["times"]) // 2]
 h, i, f = med(r["host"]), med(r["image"]), med(r["image-reflatten"])
-print(f"run -- true: {h*1e3:.2f} ms; run --image -- true: {i*1e3:.2f} ms; ratio {i/h:.2f} (target <= 1.3)")
+print(f"hyperfine: run -- true: {h*1e3:.2f} ms; run --image -- true: {i*1e3:.2f} ms; ratio {i/h:.2f}")
+il = load("interleave")
+ih, ii = il["host"]["median"], il["image"]["median"]
+print(f"interleaved: run -- true: {ih*1e3:.2f} ms; run --image -- true: {ii*1e3:.2f} ms; ratio {ii/ih:.2f} (target <= 1.3)")
 print(f"run --image after the root was removed (flatten again): {f*1e3:.2f} ms (flatten ~{(f-i)*1e3:.1f} ms)")
 p = load("pull")
 c, u = med(p["crane"]), med(p["hutch"])
@@ -134,6 +149,9 @@ nu = med(p["hutch-no-unpack"])
 print(f"pull of {mib:.1f} MiB (compressed): crane {c*1e3:.0f} ms ({mib/c:.0f} MiB/s)")
 print(f"  hutch image pull --no-unpack (fetch, verify, store blobs: what crane does): {nu*1e3:.0f} ms ({mib/nu:.0f} MiB/s); throughput ratio {c/nu:.2f} (target >= 0.8)")
 print(f"  hutch image pull (and unpack, flatten): {u*1e3:.0f} ms ({mib/u:.0f} MiB/s); ratio {c/u:.2f}")
+pi = load("pull-interleave")
+pc, pn = pi["crane"]["median"], pi["hutch-no-unpack"]["median"]
+print(f"interleaved: crane {pc*1e3:.0f} ms, hutch --no-unpack {pn*1e3:.0f} ms: throughput ratio {pc/pn:.2f} (target >= 0.8)")
 print(f"pull of a stored image: {repull_gets} blob GETs (target 0); hutch says: " + open(repull).read().splitlines()[-1])
 print(open(repull.replace("repull.txt", "res/fs.txt")).read().strip())
 EOF

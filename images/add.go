@@ -227,18 +227,26 @@ func (s *Store) unpackStored(ctx context.Context, l Layer) error {
 // renamed into place only when the blob's digest and the tar's diff id
 // are what the image says.
 func (s *Store) storeLayer(ctx context.Context, rc io.Reader, l Layer, keepBlob, unpack bool, progress Progress) (int64, error) {
-	work, err := os.MkdirTemp(s.tmpDir(), "layer-")
-	if err != nil {
-		return 0, err
+	// A work directory for the tree; a blob alone is a temporary file
+	// (every file made costs, on a slow file system).
+	var work string
+	var err error
+	if unpack {
+		if work, err = os.MkdirTemp(s.tmpDir(), "layer-"); err != nil {
+			return 0, err
+		}
+		defer removeTree(work)
 	}
-	defer removeTree(work)
 	var blob io.Writer = io.Discard
 	var blobFile *os.File
 	if keepBlob {
-		if blobFile, err = os.Create(filepath.Join(work, "blob")); err != nil {
+		if blobFile, err = os.CreateTemp(s.tmpDir(), "blob-"); err != nil {
 			return 0, err
 		}
-		defer blobFile.Close()
+		defer func() {
+			blobFile.Close()
+			os.Remove(blobFile.Name()) // fails once renamed into place
+		}()
 		blob = blobFile
 	}
 	blobHash := sha256.New()
@@ -289,7 +297,7 @@ func (s *Store) storeLayer(ctx context.Context, rc io.Reader, l Layer, keepBlob,
 		if err := blobFile.Close(); err != nil {
 			return 0, err
 		}
-		if err := os.Rename(filepath.Join(work, "blob"), s.blobPath(l.Digest)); err != nil {
+		if err := os.Rename(blobFile.Name(), s.blobPath(l.Digest)); err != nil {
 			return 0, err
 		}
 	}
