@@ -297,7 +297,7 @@ func (s *Store) storeLayer(ctx context.Context, rc io.Reader, l Layer, keepBlob,
 		if err := blobFile.Close(); err != nil {
 			return 0, err
 		}
-		if err := os.Rename(blobFile.Name(), s.blobPath(l.Digest)); err != nil {
+		if err := placeInto(blobFile.Name(), s.blobPath(l.Digest)); err != nil {
 			return 0, err
 		}
 	}
@@ -318,7 +318,7 @@ func (s *Store) storeLayer(ctx context.Context, rc io.Reader, l Layer, keepBlob,
 			return 0, err
 		}
 	}
-	if err := os.Rename(layer, s.layerPath(l.DiffID)); err != nil && !errors.Is(err, fs.ErrExist) && !isNotEmpty(err) {
+	if err := placeInto(layer, s.layerPath(l.DiffID)); err != nil && !errors.Is(err, fs.ErrExist) && !isNotEmpty(err) {
 		return 0, fmt.Errorf("layer %s: store: %w", l.Digest, err)
 	}
 	return n.Load(), nil

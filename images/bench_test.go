@@ -3,6 +3,7 @@ package images
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"io"
 	"io/fs"
@@ -48,7 +49,12 @@ func hostTreeLayer(b *testing.B, dir string) v1.Layer {
 		return nil
 	})
 	tw.Close()
-	raw := buf.Bytes()
+	// Compressed once: the library takes a gzip stream as the blob.
+	var zbuf bytes.Buffer
+	zw := gzip.NewWriter(&zbuf)
+	zw.Write(buf.Bytes())
+	zw.Close()
+	raw := zbuf.Bytes()
 	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil })
 	if err != nil {
 		b.Fatal(err)

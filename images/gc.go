@@ -1,7 +1,9 @@
 package images
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -85,6 +87,9 @@ func (s *Store) Prune() (*Removed, error) {
 	rm := &Removed{}
 	sweep := func(dir string, keep map[string]bool, into *[]string) error {
 		ents, err := os.ReadDir(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // nothing was ever put there
+		}
 		if err != nil {
 			return fmt.Errorf("image store: %w", err)
 		}

@@ -68,14 +68,28 @@ func OpenDefault() (*Store, error) {
 	return Open(d)
 }
 
-// Open opens (creating it, 0700) the store in dir.
+// Open opens (creating it, 0700) the store in dir. Its other directories
+// are made when something is first put there (placeInto).
 func Open(dir string) (*Store, error) {
-	for _, d := range []string{"", "blobs/sha256", "layers/sha256", "roots/sha256", "tmp"} {
+	for _, d := range []string{"", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			return nil, fmt.Errorf("image store %s: %w", dir, err)
 		}
 	}
 	return &Store{Dir: dir}, nil
+}
+
+// placeInto renames from to dst, making dst's parent directory first
+// when it is missing.
+func placeInto(from, dst string) error {
+	err := os.Rename(from, dst)
+	if errors.Is(err, fs.ErrNotExist) {
+		if merr := os.MkdirAll(filepath.Dir(dst), 0o700); merr != nil {
+			return merr
+		}
+		err = os.Rename(from, dst)
+	}
+	return err
 }
 
 func (s *Store) blobPath(h v1.Hash) string {
@@ -182,7 +196,7 @@ func writeAtomic(path string, b []byte, tmp string) error {
 		f.Close()
 	}
 	if err == nil {
-		err = os.Rename(f.Name(), path)
+		err = placeInto(f.Name(), path)
 	}
 	if err != nil {
 		os.Remove(f.Name())
