@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -260,5 +262,52 @@ func TestImageCLI(t *testing.T) {
 	r = hutch(t, o, "image", "ls")
 	if strings.Contains(r.stdout, ctag) {
 		t.Errorf("the corrupt image is listed:\n%s", r.stdout)
+	}
+}
+
+// A real distribution as an image: Debian's minbase made by mmdebstrap
+// (as root, from the Debian archive), pushed to the loopback registry,
+// pulled and run by hutch as the unprivileged user: the dynamic loader,
+// bash, coreutils and dpkg's database from the image, the hardening as
+// everywhere. Downloading and unpacking it takes a minute or two, so it
+// runs when HUTCH_TEST_DEBIAN=1.
+func TestImageDebian(t *testing.T) {
+	if os.Getenv("HUTCH_TEST_DEBIAN") != "1" {
+		t.Skip("set HUTCH_TEST_DEBIAN=1 to build a Debian image with mmdebstrap from the Debian archive (a minute or two)")
+	}
+	if !asRoot {
+		t.Skip("mmdebstrap makes a root-owned tree: the suite must run as root")
+	}
+	if _, err := exec.LookPath("mmdebstrap"); err != nil {
+		t.Skip("mmdebstrap is not installed (apt-get install mmdebstrap)")
+	}
+	tarPath := filepath.Join(t.TempDir(), "debian.tar")
+	if out, err := exec.Command("mmdebstrap", "--variant=minbase", "--quiet", "bookworm", tarPath).CombinedOutput(); err != nil {
+		t.Skipf("mmdebstrap could not make a Debian root (is the Debian archive reachable?): %v\n%s", err, out)
+	}
+	l, err := tarball.LayerFromFile(tarPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := tr.Start(t)
+	tag, byDigest := reg.Push(t, "hutch-test/debian:bookworm", tr.Image(t, v1.Config{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}}, l))
+	digest := byDigest[strings.Index(byDigest, "@")+1:]
+	ws := userDir(t)
+	r := hutch(t, opts{dir: ws, timeout: 5 * time.Minute}, "image", "pull", tag)
+	mustCode(t, r, 0)
+	if !strings.Contains(r.stdout, "digest: "+digest) || !strings.Contains(r.stdout, "not unpacked: /dev/") {
+		t.Errorf("pull:\n%s%s", r.stdout, r.stderr)
+	}
+	r = hutch(t, opts{dir: ws}, "run", "--image", tag, "--", "bash", "-c", `. /etc/os-release; echo "$ID $VERSION_CODENAME"
+dpkg-query -W -f='${Package}\n' dpkg coreutils bash; id -u; grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status
+ls /usr/lib/x86_64-linux-gnu/libc.so.6 >/dev/null && echo libc; touch /usr/bin/x 2>&1 | grep -c 'Read-only'; echo ok > made-in-debian`)
+	mustCode(t, r, 0)
+	for _, want := range []string{"debian bookworm\n", "bash\ncoreutils\ndpkg\n", "1000\n", "NoNewPrivs:\t1", "Seccomp:\t2", "libc\n1\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("missing %q in:\n%s\nstderr:\n%s", want, r.stdout, r.stderr)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "made-in-debian")); string(b) != "ok\n" {
+		t.Errorf("workspace write: %q", b)
 	}
 }
