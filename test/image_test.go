@@ -32,6 +32,8 @@ func testImage(t *testing.T) v1.Image {
 		tr.Entry{Name: "dev/", Type: tar.TypeDir},
 		tr.Entry{Name: "dev/null", Type: tar.TypeChar, Major: 1},
 		tr.Entry{Name: "setuid-tool", Body: "#!/bin/sh\nid -u\n", Mode: 0o4755},
+		tr.Entry{Name: "var/lib/pkgs/status", Body: "image-package-db\n"},
+		tr.Entry{Name: "var/cache/x", Body: "not bound\n"},
 	))
 }
 
@@ -61,11 +63,13 @@ hello; echo "TOOLVAR=$TOOLVAR HOME=$HOME PATH=$PATH"; pwd
 cat /etc/os-release; cat /etc/shadow 2>&1; grep -c IMAGE-PASSWD /etc/passwd; grep -c sandbox /etc/passwd
 touch /bin/x 2>&1; touch /opt/x 2>&1
 [ -e /usr/local/go ] || [ -e /usr/bin/python3 ] || [ -e /usr/lib/x86_64-linux-gnu ] && echo HOST-TOOLING-VISIBLE
-stat -c '%a %u' /setuid-tool; ./probe keyctl direct:80; echo ok > out.txt`)
+stat -c '%a %u' /setuid-tool; ./probe keyctl direct:80; echo ok > out.txt
+cat /var/lib/pkgs/status; cat /var/cache/x 2>&1; touch /var/lib/y 2>&1; true`)
 		mustCode(t, r, 0)
 		for _, want := range []string{"1000\n", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2",
 			"hello-from-image\n", "TOOLVAR=from-image HOME=/home/sandbox PATH=/opt/tool/bin:/bin\n", "/workspace\n", "ID=hutch-test-image\n",
-			"\n0\n1\n", "touch: /bin/x: Read-only file system", "touch: /opt/x: Read-only file system", "755 1000\n", "keyctl EPERM", "direct:80 EACCES"} {
+			"\n0\n1\n", "touch: /bin/x: Read-only file system", "touch: /opt/x: Read-only file system", "755 1000\n", "keyctl EPERM", "direct:80 EACCES",
+			"image-package-db\n", "cat: can't open '/var/cache/x': No such file or directory", "touch: /var/lib/y: Read-only file system"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("missing %q in:\n%s\nstderr:\n%s", want, r.stdout, r.stderr)
 			}
