@@ -112,8 +112,23 @@ func Start(t testing.TB) *Registry {
 // Log is the registry's output so far (its access log among it).
 func (r *Registry) Log() string { return r.log.String() }
 
-// BlobGets counts the blob downloads in the access log (GET .../blobs/).
+// BlobGets counts the blob downloads in the access log (GET .../blobs/),
+// once the log has settled: the registry writes a request's line after
+// the response, so the last request's line can come after the client is
+// done.
 func (r *Registry) BlobGets() int {
+	n := r.blobGets()
+	for {
+		time.Sleep(100 * time.Millisecond)
+		m := r.blobGets()
+		if m == n {
+			return n
+		}
+		n = m
+	}
+}
+
+func (r *Registry) blobGets() int {
 	n := 0
 	for _, l := range strings.Split(r.Log(), "\n") {
 		if strings.Contains(l, `"GET /v2/`) && strings.Contains(l, "/blobs/sha256:") {
