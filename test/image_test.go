@@ -168,6 +168,14 @@ func TestImageRunPullsMissing(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || !strings.HasPrefix(fmt.Sprint(res["image"]), "sha256:") || res["stdout"] != "ID=hutch-test-image\n" {
 		t.Errorf("session exec --json: %v %v:\n%s", res, err, r.stdout)
 	}
+	// hutch mcp on the image: run_command's result names its digest.
+	m := startMCP(t, hutchCmd(opts{dir: ws}, "mcp", "--image", tag))
+	sc, full := m.runCommand(2, "cat /etc/os-release")
+	if sc == nil || sc["stdout"] != "ID=hutch-test-image\n" || sc["image"] != res["image"] || !strings.HasPrefix(fmt.Sprint(sc["image"]), "sha256:") {
+		t.Errorf("run_command on the image: %v, want image %v; stderr:\n%s", full, res["image"], m.stderr.String())
+	}
+	m.stop()
+
 	// A policy names the image the same way.
 	pol := filepath.Join(userDir(t), "p.toml")
 	writeUserFile(t, pol, "version = 1\n[filesystem]\ntooling = \"image:"+tag+"\"\n")
