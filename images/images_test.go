@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	tr "github.com/hutchsandbox/hutch/internal/testregistry"
@@ -378,5 +380,51 @@ func TestPullNoUnpack(t *testing.T) {
 	rep, err = s2.Pull(context.Background(), tag2, PullOptions{})
 	if err != nil || len(rep.Fetched) != 0 || rep.Root == "" || reg.BlobGets() != gets {
 		t.Errorf("pull after a --no-unpack pull: %+v %v, %d blob GETs", rep, err, reg.BlobGets()-gets)
+	}
+}
+
+// A multi-platform index (what public registries serve): the pull takes
+// this machine's image, records the index, and a pull by the index's
+// digest finds the same image.
+func TestPullIndex(t *testing.T) {
+	reg := tr.Start(t)
+	mine := tr.Image(t, v1.Config{Env: []string{"MINE=1"}}, tr.Layer(t, E{Name: "mine", Body: "1"}))
+	other, err := mutate.ConfigFile(tr.Image(t, v1.Config{}, tr.Layer(t, E{Name: "other", Body: "2"})), &v1.ConfigFile{OS: "linux", Architecture: "s390x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix := mutate.AppendManifests(empty.Index,
+		mutate.IndexAddendum{Add: other, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "s390x"}}},
+		mutate.IndexAddendum{Add: mine, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: runtime.GOARCH}}})
+	ref, err := name.ParseReference(reg.Addr + "/test/multi:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteIndex(ref, ix); err != nil {
+		t.Fatal(err)
+	}
+	ixDigest, _ := ix.Digest()
+	mineDigest, _ := mine.Digest()
+	s, _ := Open(t.TempDir())
+	rep, err := s.Pull(context.Background(), ref.String(), PullOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Image.Digest != mineDigest {
+		t.Errorf("pulled %s, want this platform's %s", rep.Image.Digest, mineDigest)
+	}
+	if _, err := os.Stat(filepath.Join(rep.Root, "mine")); err != nil {
+		t.Errorf("root: %v", err)
+	}
+	es, _ := s.List()
+	if len(es) != 1 || es[0].Index != ixDigest.String() {
+		t.Errorf("index entries %+v, want the index digest %s", es, ixDigest)
+	}
+	byIndex := ref.Context().Digest(ixDigest.String()).String()
+	if img, err := s.Lookup(byIndex); err != nil || img.Digest != mineDigest {
+		t.Errorf("lookup by the index's digest: %v %v", img, err)
+	}
+	if rep, err = s.Pull(context.Background(), byIndex, PullOptions{}); err != nil || rep.Image.Digest != mineDigest || len(rep.Fetched) != 0 {
+		t.Errorf("pull by the index's digest: %+v %v", rep, err)
 	}
 }
