@@ -76,6 +76,10 @@ func (s *Store) Root(img *Image) (string, error) {
 	return dst, nil
 }
 
+// BuiltRoot is img's flattened tree when it has been built; it builds
+// nothing.
+func (s *Store) BuiltRoot(img *Image) (string, bool) { return s.builtRoot(img.Digest) }
+
 // builtRoot is the root built for manifest, if any (the first by name
 // when two hutch processes built one at once).
 func (s *Store) builtRoot(manifest v1.Hash) (string, bool) {

@@ -319,7 +319,7 @@ type inspected struct {
 	Entrypoint   []string         `json:"entrypoint,omitempty"`
 	Cmd          []string         `json:"cmd,omitempty"`
 	Layers       []inspectedLayer `json:"layers"`
-	Root         string           `json:"root"`
+	Root         string           `json:"root,omitempty"`
 }
 
 type inspectedLayer struct {
@@ -336,8 +336,8 @@ func inspect(st *images.Store, img *images.Image) inspected {
 	c := img.Config
 	in := inspected{Names: img.Names, Digest: img.Digest.String(), Created: c.Created.Time, OS: c.OS, Architecture: c.Architecture,
 		Env: c.Config.Env, WorkingDir: c.Config.WorkingDir, User: c.Config.User, Entrypoint: c.Config.Entrypoint, Cmd: c.Config.Cmd}
-	if root, err := st.Root(img); err == nil {
-		in.Root = root
+	if root, ok := st.BuiltRoot(img); ok {
+		in.Root = root // "" when not unpacked yet (pull --no-unpack)
 	}
 	for _, l := range img.Layers {
 		il := inspectedLayer{Digest: l.Digest.String(), DiffID: l.DiffID.String(), Size: l.Size, MediaType: l.MediaType}
