@@ -113,6 +113,9 @@ type flattener struct {
 // parents reached without symlinks (a whiteout beneath a lower symlink
 // deletes nothing: the upper layer's directory replaces the symlink).
 func (f *flattener) remove(rel string) error {
+	if c, err := entryName(rel); err != nil || c == "" || c != rel {
+		return fmt.Errorf("%q is not a path beneath the root", rel)
+	}
 	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
 	root, err := unix.Open(f.dst, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)

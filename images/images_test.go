@@ -209,6 +209,8 @@ func TestPullRefusesTraversal(t *testing.T) {
 		"link":      {{Name: "ok", Body: "x"}, {Name: "hl", Type: tar.TypeLink, Linkname: "../../../etc/passwd"}},
 		"via-link":  {{Name: "sl", Type: tar.TypeSymlink, Linkname: "/tmp"}, {Name: "sl/x", Body: "x"}},
 		"hl-via-sl": {{Name: "sl", Type: tar.TypeSymlink, Linkname: "/etc"}, {Name: "hl", Type: tar.TypeLink, Linkname: "sl/passwd"}},
+		"wh-dotdot": {{Name: ".wh..."}},
+		"wh-dot":    {{Name: "d/", Type: tar.TypeDir}, {Name: "d/.wh.."}},
 	}
 	s, err := Open(t.TempDir())
 	if err != nil {

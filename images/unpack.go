@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -175,6 +176,9 @@ func (u *unpacker) entry(h *tar.Header, r io.Reader) error {
 		return nil
 	}
 	if strings.HasPrefix(base, whiteoutPrefix) {
+		if n := strings.TrimPrefix(base, whiteoutPrefix); n == "" || n == "." || n == ".." {
+			return &UnpackError{h.Name, "a whiteout of " + strconv.Quote(n) + " (refused: it names no entry of the directory)"}
+		}
 		u.meta.Whiteouts = append(u.meta.Whiteouts, path.Join(dir, strings.TrimPrefix(base, whiteoutPrefix)))
 		fd, err := u.openDir(dir, true)
 		if err != nil {
