@@ -68,6 +68,24 @@ func OpenDefault() (*Store, error) {
 	return Open(d)
 }
 
+// LookupDefault finds ref in the store in DefaultDir without creating
+// the store: a store that does not exist has no image.
+func LookupDefault(ref string) (*Store, *Image, error) {
+	d := DefaultDir()
+	if d == "" {
+		return nil, nil, ErrNoStore
+	}
+	if _, err := os.Stat(d); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, &NotFoundError{Ref: ref}
+	}
+	s, err := Open(d)
+	if err != nil {
+		return nil, nil, err
+	}
+	img, err := s.Lookup(ref)
+	return s, img, err
+}
+
 // Open opens (creating it, 0700) the store in dir. Its other directories
 // are made when something is first put there (placeInto).
 func Open(dir string) (*Store, error) {

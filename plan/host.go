@@ -69,11 +69,7 @@ type ImageFacts struct {
 // gatherImage finds ref in hutch's image store and makes sure its root
 // is built (the first run after a prune builds it again).
 func gatherImage(ref string) (*ImageFacts, error) {
-	st, err := images.OpenDefault()
-	if err != nil {
-		return nil, fmt.Errorf("filesystem.tooling %q: %w", policy.ToolingImage+ref, err)
-	}
-	img, err := st.Lookup(ref)
+	st, img, err := images.LookupDefault(ref)
 	if err != nil {
 		return nil, fmt.Errorf("filesystem.tooling %q: %w", policy.ToolingImage+ref, err)
 	}

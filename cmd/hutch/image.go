@@ -177,14 +177,14 @@ func ensureImage(ctx context.Context, p *policy.Policy) error {
 	if !ok {
 		return nil
 	}
-	st, err := images.OpenDefault()
-	if err != nil {
-		return fmt.Errorf("filesystem.tooling %q: %w", p.Filesystem.Tooling, err)
-	}
-	_, err = st.Lookup(ref)
+	_, _, err := images.LookupDefault(ref)
 	var nf *images.NotFoundError
 	if !errors.As(err, &nf) {
 		return err
+	}
+	st, err := images.OpenDefault()
+	if err != nil {
+		return fmt.Errorf("filesystem.tooling %q: %w", p.Filesystem.Tooling, err)
 	}
 	if strings.HasPrefix(ref, "sha256:") {
 		return err // a bare digest names no registry
