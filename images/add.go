@@ -70,6 +70,8 @@ func (s *Store) Add(ctx context.Context, img v1.Image, o AddOptions) (*Report, e
 	if err != nil {
 		return nil, err
 	}
+	// Held until the names point at the image: a prune waits, and cannot
+	// take the layers stored here before anything names them.
 	defer unlock()
 	rawManifest, err := img.RawManifest()
 	if err != nil {
@@ -151,11 +153,9 @@ func (s *Store) Add(ctx context.Context, img v1.Image, o AddOptions) (*Report, e
 		}
 	}
 	stored := &Image{Digest: mDigest, Manifest: m, Config: cfg, Layers: ls}
-	unlock()
-	unlock = func() {}
 	if !o.NoUnpack {
 		t0 := time.Now()
-		if rep.Root, err = s.Root(stored); err != nil {
+		if rep.Root, err = s.buildRoot(stored); err != nil {
 			return nil, err
 		}
 		rep.RootTime = time.Since(t0)

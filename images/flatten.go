@@ -32,6 +32,14 @@ func (s *Store) Root(img *Image) (string, error) {
 		return "", err
 	}
 	defer unlock()
+	return s.buildRoot(img)
+}
+
+// buildRoot is Root with the store's lock held (shared) by the caller.
+func (s *Store) buildRoot(img *Image) (string, error) {
+	if r, ok := s.builtRoot(img.Digest); ok {
+		return r, nil
+	}
 	for _, l := range img.Layers {
 		if !s.hasLayer(l.DiffID) {
 			// Pulled with --no-unpack: unpacked now, from the stored blob.
