@@ -199,8 +199,22 @@ func TestImageCLI(t *testing.T) {
 	digest := byDigest[strings.Index(byDigest, "@")+1:]
 	ws := userDir(t)
 	o := opts{dir: ws}
-	mustCode(t, hutch(t, o, "image", "pull", tag), 0)
-	r := hutch(t, o, "image", "ls")
+	// Progress on a terminal (script(1) gives the pull one), and none
+	// otherwise.
+	ttyTag, _ := reg.Push(t, "hutch-test/tty:v1", tr.Image(t, v1.Config{}, tr.Layer(t, tr.Entry{Name: "tty-test", Body: "tty\n"})))
+	cmd := hutchCmd(o)
+	cmd.Path, cmd.Args = "/usr/bin/script", []string{"script", "-qec", hutchBin + " image pull " + ttyTag, "/dev/null"}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "hutch: fetching 1 layer: ") {
+		t.Errorf("pull on a terminal: %v\n%q", err, out)
+	}
+	mustCode(t, hutch(t, o, "image", "rm", ttyTag), 0)
+	r := hutch(t, o, "image", "pull", tag)
+	mustCode(t, r, 0)
+	if strings.Contains(r.stdout+r.stderr, "fetching") {
+		t.Errorf("progress without a terminal:\n%s%s", r.stdout, r.stderr)
+	}
+	r = hutch(t, o, "image", "ls")
 	mustCode(t, r, 0)
 	if !strings.Contains(r.stdout, tag) || !strings.Contains(r.stdout, digest[:19]) {
 		t.Errorf("ls:\n%s", r.stdout)

@@ -227,7 +227,11 @@ func progress() (images.Progress, func()) {
 		n := len(layers)
 		mu.Unlock()
 		if n > 0 {
-			fmt.Fprintf(os.Stderr, "\r\033[Khutch: fetching %d layers: %s of %s", n, mib(done), mib(total))
+			s := "s"
+			if n == 1 {
+				s = ""
+			}
+			fmt.Fprintf(os.Stderr, "\r\033[Khutch: fetching %d layer%s: %s of %s", n, s, mib(done), mib(total))
 		}
 	}
 	go func() {
