@@ -36,8 +36,13 @@ WORK=$(mktemp -d /tmp/hutch-bench-images.XXXXXX)
 chmod 755 "$WORK"
 REG_PID=
 cleanup() {
-	[ -n "$REG_PID" ] && kill "$REG_PID" 2>/dev/null && wait "$REG_PID" 2>/dev/null
-	[ -n "${BENCH_KEEP:-}" ] || rm -rf "$WORK"
+	# (Under set -e a failing last command of an && list would end the
+	# trap here: wait returns the killed registry's status.)
+	if [ -n "$REG_PID" ]; then
+		kill "$REG_PID" 2>/dev/null || true
+		wait "$REG_PID" 2>/dev/null || true
+	fi
+	if [ -z "${BENCH_KEEP:-}" ]; then rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 
