@@ -3,7 +3,11 @@ package images
 import (
 	"archive/tar"
 	"context"
+	"encoding/base64"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -428,5 +432,44 @@ func TestPullIndex(t *testing.T) {
 	}
 	if rep, err = s.Pull(context.Background(), byIndex, PullOptions{}); err != nil || rep.Image.Digest != mineDigest || len(rep.Fetched) != 0 {
 		t.Errorf("pull by the index's digest: %+v %v", rep, err)
+	}
+}
+
+// Credentials come from the Docker configuration (DOCKER_CONFIG's
+// config.json), as docker login leaves them: here a registry behind basic
+// authentication (a proxy on loopback in front of the real one).
+func TestPullDockerConfigCredentials(t *testing.T) {
+	reg := tr.Start(t)
+	target, _ := url.Parse("http://" + reg.Addr)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "hutch" || p != "s3cret" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	tag, _ := reg.Push(t, "test/private:v1", tr.Image(t, v1.Config{}, tr.Layer(t, E{Name: "private", Body: "p"})))
+	ref := strings.Replace(tag, reg.Addr, strings.TrimPrefix(srv.URL, "http://"), 1)
+	s, _ := Open(t.TempDir())
+
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	if _, err := s.Pull(context.Background(), ref, PullOptions{}); err == nil || (!strings.Contains(err.Error(), "UNAUTHORIZED") && !strings.Contains(err.Error(), "401")) {
+		t.Fatalf("pull without credentials: %v, want refused", err)
+	}
+	cfg := t.TempDir()
+	auth := base64.StdEncoding.EncodeToString([]byte("hutch:s3cret"))
+	if err := os.WriteFile(filepath.Join(cfg, "config.json"), []byte(`{"auths":{"`+strings.TrimPrefix(srv.URL, "http://")+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DOCKER_CONFIG", cfg)
+	rep, err := s.Pull(context.Background(), ref, PullOptions{})
+	if err != nil {
+		t.Fatalf("pull with the Docker configuration's credentials: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(rep.Root, "private")); err != nil {
+		t.Error(err)
 	}
 }
