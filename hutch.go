@@ -112,6 +112,9 @@ type Result struct {
 	Messages []string
 	// SandboxID identifies the sandbox in the security log.
 	SandboxID string
+	// Image is the manifest digest of the image the sandbox's root is
+	// made of (tooling "image:REF"), "" otherwise.
+	Image string
 	// Warnings say what this host could not enforce (best effort). They
 	// come once, with the first command of a session, and are also in the
 	// security log; the CLI prints them on its stderr.

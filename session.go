@@ -134,6 +134,15 @@ func (s *Session) ChangeSet() string {
 	return s.review.cs.Meta.ID
 }
 
+// imageDigest is the manifest digest of the image the root is made of, or
+// "" (host or rootfs tooling).
+func (s *Session) imageDigest() string {
+	if s.plan.Image == nil {
+		return ""
+	}
+	return s.plan.Image.Digest
+}
+
 // Done is closed when the session's sandbox has ended.
 func (s *Session) Done() <-chan struct{} { return s.closed }
 
@@ -340,6 +349,11 @@ func (s *Session) start(ctx context.Context, t0 time.Time) error {
 		}
 	}
 	s.recordLandlockGaps()
+	if im := sb.Image; im != nil {
+		s.rec.Record(seclog.Event{Kind: seclog.KindSandbox, Rule: "filesystem.tooling", Subject: "image " + im.Ref,
+			Message: "the sandbox's root is image " + im.Ref + " (" + im.Digest + ")", Level: slog.LevelInfo,
+			Detail: map[string]any{"image": im.Ref, "digest": im.Digest}})
+	}
 	if px := sb.Network.Proxy; px != nil {
 		te := time.Now()
 		cfg := egress.ServeConfig{Allow: sb.Network.Allow, Recorder: s.rec, Logger: o.Logger}
@@ -569,7 +583,7 @@ func (s *Session) Exec(ctx context.Context, o *ExecOptions) (*Result, error) {
 	if err != nil {
 		return nil, &nsjail.SetupError{Op: "start the command", Err: err}
 	}
-	res := &Result{SandboxID: s.id}
+	res := &Result{SandboxID: s.id, Image: s.imageDigest()}
 	if s.plan.Isolation != policy.IsolationNamespaces {
 		res.Isolation, res.IsolationLimits = s.plan.Isolation, s.plan.Differences
 	}

@@ -71,6 +71,7 @@ type RunCommandResult struct {
 	StderrTruncated bool     `json:"stderr_truncated" jsonschema:"True when stderr exceeded the cap (same marker as stdout)."`
 	Events          []string `json:"policy_events" jsonschema:"What the sandbox did to this command: 'hutch: ...' lines naming each denial (e.g. 'hutch: network blocked by policy: destination host:443 not allowlisted (1 attempt)'), a timeout or a command that could not be started. Empty when nothing was blocked. Blocked actions are policy decisions: do not retry or work around them; ask the user."`
 	SandboxID       string   `json:"sandbox_id" jsonschema:"Identifier of the sandbox in hutch's security log."`
+	Image           string   `json:"image,omitempty" jsonschema:"The manifest digest of the image the sandbox's root filesystem is made of, when it runs on an image."`
 	BackgroundID    string   `json:"background_id,omitempty" jsonschema:"Set when the command was started with background: its id for the background tool, which lists it, reads its output and stops it. stdout and stderr are then empty and exit_code 0: the command runs on."`
 	Isolation       string   `json:"isolation,omitempty" jsonschema:"Set when the sandbox was made without namespaces ('landlock': hosts without user namespaces); isolation_limits then says what it does not give."`
 	IsolationLimits []string `json:"isolation_limits,omitempty" jsonschema:"What this sandbox's isolation does not give compared with hutch's namespaces (e.g. host files denied rather than hidden, other processes visible, no unix sockets): expect these failures, and do not try to use what they describe."`
@@ -112,6 +113,8 @@ type ExecResult struct {
 	IsolationLimits []string
 	// Review is what the sandbox's change set holds (review mode).
 	Review *hutch.ReviewSummary
+	// Image is the digest of the image the sandbox's root is made of.
+	Image string
 }
 
 // Executor runs commands in a sandbox. Run returns an error only when the
@@ -308,6 +311,7 @@ func (t *Tool) RunArgv(ctx context.Context, argv []string, cwd string, timeout t
 		Isolation:       res.Isolation,
 		IsolationLimits: res.IsolationLimits,
 		PendingChanges:  res.Review,
+		Image:           res.Image,
 	}
 	if cutOff {
 		r.Events = append(r.Events, fmt.Sprintf("hutch: stopped reading output %s after the command ended: a background process still holds stdout or stderr open", grace))

@@ -54,7 +54,8 @@ func Describe(p *policy.Policy, o DescribeOptions) string {
 	if p.Filesystem.Review {
 		b.WriteString("Review mode: your writes to the project do not reach the user's files; they wait in a change set that the user reviews and applies (each result's pending_changes lists it). Applying is the user's step, not yours: do not try to apply, copy or work around it. ")
 	}
-	if _, rootfs := p.Filesystem.RootfsDir(); rootfs {
+	_, image := p.Filesystem.ImageRef()
+	if _, rootfs := p.Filesystem.RootfsDir(); rootfs || image {
 		b.WriteString("The rest of the filesystem is a read-only image; ")
 	} else {
 		b.WriteString("The host's tools (/usr, /bin, /lib, /opt) are read-only; ")

@@ -68,7 +68,7 @@ func (e *SessionExecutor) Run(ctx context.Context, req ExecRequest) (ExecResult,
 	}
 	return ExecResult{ExitCode: res.ExitCode, TimedOut: res.TimedOut, Events: res.Messages, SandboxID: res.SandboxID,
 		Isolation: res.Isolation, IsolationLimits: res.IsolationLimits,
-		Review: e.Session.ReviewPending()}, nil
+		Review: e.Session.ReviewPending(), Image: res.Image}, nil
 }
 
 // Close ends the session: every process is killed.

@@ -2,7 +2,8 @@
 // cache, its state with the security log, its session sockets) and finds
 // those of them that a sandbox's workspace would expose.
 //
-// hutch trusts what it reads from these directories: the cache holds the
+// hutch trusts what it reads from these directories: the data directory
+// holds the image store whose trees become a sandbox's root; the cache holds the
 // compiled seccomp filter that the next sandbox loads, the registries that
 // the egress proxy allowlists, the mount plan; the state directory holds
 // the security log; the runtime directory holds session control sockets.
@@ -56,6 +57,18 @@ func State() string {
 	return ""
 }
 
+// Data is $XDG_DATA_HOME/hutch, else $HOME/.local/share/hutch, else "".
+// The image store (package images) lives there.
+func Data() string {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "hutch")
+	}
+	if h := home(); h != "" {
+		return filepath.Join(h, ".local", "share", "hutch")
+	}
+	return ""
+}
+
 // Runtime is the directory of session sockets: $XDG_RUNTIME_DIR/hutch, or
 // /tmp/hutch-UID when there is no runtime directory.
 func Runtime() string {
@@ -68,7 +81,7 @@ func Runtime() string {
 // Own lists hutch's directories for this user, without the empty ones.
 func Own() []string {
 	var dirs []string
-	for _, d := range []string{Cache(), State(), Runtime()} {
+	for _, d := range []string{Cache(), State(), Data(), Runtime()} {
 		if d != "" {
 			dirs = append(dirs, d)
 		}

@@ -104,6 +104,12 @@ func Build(s *Spec) (*Plan, error) {
 		}
 		etcSrc = filepath.Join(dir, "etc")
 		p.Add(Step{Kind: Mkdir, Target: "/var", Mode: 0o755})
+		// Its /var/lib read-only (dpkg's and apt's state, which dpkg-query
+		// and apt-cache read: an image's package list); the rest of /var
+		// is hutch's.
+		if err := addHostEntry(fsys, p, filepath.Join(dir, "var", "lib"), "/var/lib", "tooling rootfs /var/lib"); err != nil {
+			return nil, err
+		}
 	default:
 		return nil, fmt.Errorf("tooling %q: want \"host\" or \"rootfs:DIR\"", s.Tooling)
 	}

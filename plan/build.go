@@ -132,8 +132,17 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 // buildMounts is the root filesystem: today's mount plan (package mounts)
 // with the workspace's protection.
 func buildMounts(p *policy.Policy, h *Host, sb *Sandbox) (*mounts.Plan, error) {
+	tooling := p.Filesystem.Tooling
+	if ref, ok := p.Filesystem.ImageRef(); ok {
+		if h.Image == nil || h.Image.Ref != ref {
+			return nil, fmt.Errorf("filesystem.tooling %q: the image was not looked up in the store (plan.Gather does)", p.Filesystem.Tooling)
+		}
+		tooling = policy.ToolingRootfs + h.Image.Root
+		sb.Image = &Image{Ref: ref, Digest: h.Image.Digest, Root: h.Image.Root}
+		sb.Environment.Image = slices.Clone(h.Image.Env)
+	}
 	spec := &mounts.Spec{
-		Tooling:        p.Filesystem.Tooling,
+		Tooling:        tooling,
 		Workspace:      h.Workspace,
 		WorkspaceMount: sb.Workspace.Mount,
 		Protected:      h.Protection,
@@ -429,7 +438,22 @@ func (w Workspace) Paths() policy.WorkspacePaths {
 // caller's environment host and extra (--env entries), pointed at the
 // egress proxy when there is one. See policy.Environment.CommandEnv.
 func (sb *Sandbox) CommandEnv(host, extra []string) ([]string, error) {
-	env, err := policy.Environment{Pass: sb.Environment.Pass, Set: sb.Environment.Set}.CommandEnv(host, extra)
+	vars := sb.Environment.Set
+	if sb.Image != nil {
+		// The image's variables (its PATH above all) replace the caller's;
+		// the policy's own still win. The caller's PATH means nothing in
+		// an image that sets none.
+		vars = map[string]string{"PATH": policy.DefaultPath}
+		for _, kv := range sb.Environment.Image {
+			if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+				vars[k] = v
+			}
+		}
+		for k, v := range sb.Environment.Set {
+			vars[k] = v
+		}
+	}
+	env, err := policy.Environment{Pass: sb.Environment.Pass, Set: vars}.CommandEnv(host, extra)
 	if err != nil {
 		return nil, err
 	}

@@ -300,6 +300,37 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name: "image tooling",
+			policy: func(p *policy.Policy) {
+				p.Filesystem.Tooling = "image:example.com/tools:1"
+				p.Environment.Set = map[string]string{"GOFLAGS": "-mod=mod"}
+			},
+			host: func(h *Host) {
+				h.Image = &ImageFacts{Ref: "example.com/tools:1", Digest: "sha256:ab", Root: "/srv/rootfs",
+					Env: []string{"PATH=/opt/go/bin:/usr/bin", "GOFLAGS=-mod=vendor", "HOME=/root", "TOOL=1"}}
+			},
+			req: &Request{Argv: []string{"true"}},
+			check: func(t *testing.T, sb *Sandbox) {
+				if s := step(sb, mounts.Bind, "/usr"); s == nil || s.Source != "/srv/rootfs/usr" || !s.ReadOnly {
+					t.Errorf("/usr from the image's root: %+v", s)
+				}
+				if sb.Image == nil || sb.Image.Digest != "sha256:ab" {
+					t.Errorf("image %+v", sb.Image)
+				}
+				env := strings.Join(sb.Command.Env, " ")
+				for _, want := range []string{"PATH=/opt/go/bin:/usr/bin", "GOFLAGS=-mod=mod", "HOME=/home/sandbox", "TOOL=1", "LANG=C.UTF-8"} {
+					if !strings.Contains(" "+env+" ", " "+want+" ") {
+						t.Errorf("env lacks %s: %s", want, env)
+					}
+				}
+			},
+		},
+		{
+			name:   "image tooling without the image",
+			policy: func(p *policy.Policy) { p.Filesystem.Tooling = "image:example.com/tools:1" },
+			err:    "was not looked up",
+		},
+		{
 			name:   "missing rootfs",
 			policy: func(p *policy.Policy) { p.Filesystem.Tooling = "rootfs:/srv/none" },
 			err:    "tooling rootfs /srv/none",

@@ -13,6 +13,7 @@ import (
 	"github.com/hutchsandbox/hutch/cgroup"
 	"github.com/hutchsandbox/hutch/gitrepos"
 	"github.com/hutchsandbox/hutch/hostdirs"
+	"github.com/hutchsandbox/hutch/images"
 	"github.com/hutchsandbox/hutch/landlock"
 	"github.com/hutchsandbox/hutch/mounts"
 	"github.com/hutchsandbox/hutch/policy"
@@ -65,6 +66,32 @@ type Host struct {
 	// Review is the change set's writable layer when filesystem.review
 	// is on (package review makes it; Gather does not).
 	Review *mounts.Layer
+	// Image is the stored image of tooling "image:REF" (nil otherwise).
+	Image *ImageFacts
+}
+
+// ImageFacts are what the plan needs of a stored image.
+type ImageFacts struct {
+	// Ref as the policy gave it; Digest its manifest's digest.
+	Ref, Digest string
+	// Root is its flattened tree (images.Store.Root).
+	Root string
+	// Env is its config's environment.
+	Env []string
+}
+
+// gatherImage finds ref in hutch's image store and makes sure its root
+// is built (the first run after a prune builds it again).
+func gatherImage(ref string) (*ImageFacts, error) {
+	st, img, err := images.LookupDefault(ref)
+	if err != nil {
+		return nil, fmt.Errorf("filesystem.tooling %q: %w", policy.ToolingImage+ref, err)
+	}
+	root, err := st.Root(img)
+	if err != nil {
+		return nil, fmt.Errorf("filesystem.tooling %q: %w", policy.ToolingImage+ref, err)
+	}
+	return &ImageFacts{Ref: ref, Digest: img.Digest.String(), Root: root, Env: slices.Clone(img.Config.Config.Env)}, nil
 }
 
 // CgroupFacts is what cgroup.Probe found that planning needs.
@@ -121,6 +148,11 @@ func Gather(p *policy.Policy, o GatherOptions) (*Host, error) {
 	h.Found = append(existing, missing...)
 	if h.Protection, err = mounts.InspectProtected(h.Workspace, p.Filesystem.PathsFor(h.Workspace, "").Mount, h.Protected, h.Found, h.Hidden); err != nil {
 		return nil, err
+	}
+	if ref, ok := p.Filesystem.ImageRef(); ok {
+		if h.Image, err = gatherImage(ref); err != nil {
+			return nil, err
+		}
 	}
 	h.LandlockABI = landlock.ABI()
 	h.Notify, h.NotifyUnavailable = seccompprofiles.NotifyAvailable()

@@ -72,6 +72,8 @@ type Sandbox struct {
 	Workspace Workspace `json:"workspace"`
 	// Identity is who the command is inside.
 	Identity Identity `json:"identity"`
+	// Image is the image the root is made of (tooling "image:REF").
+	Image *Image `json:"image,omitempty"`
 	// Mounts builds the root filesystem (nsjail's init executes it).
 	Mounts *mounts.Plan `json:"mounts"`
 	// Caches are the persistent caches bound into it (their Bind steps
@@ -96,6 +98,16 @@ type Sandbox struct {
 	// Warnings say what this host cannot enforce of the policy, in best
 	// effort (strict enforcement refuses to build instead).
 	Warnings []Warning `json:"warnings,omitempty"`
+}
+
+// Image is a stored image used as the sandbox's root.
+type Image struct {
+	// Ref is the reference the policy gave; Digest the manifest digest
+	// it named in the store when the plan was made.
+	Ref    string `json:"ref"`
+	Digest string `json:"digest"`
+	// Root is the image's flattened tree on the host, bound read-only.
+	Root string `json:"root"`
 }
 
 // Workspace is the workspace and its protection.
@@ -294,6 +306,9 @@ type Environment struct {
 	// Pass and Set are the policy's environment section.
 	Pass []string          `json:"pass"`
 	Set  map[string]string `json:"set,omitempty"`
+	// Image are the image's variables (its config's Env), set over the
+	// caller's that Pass lets through and under Set.
+	Image []string `json:"image,omitempty"`
 	// Proxy are the variables that point tools at the egress proxy, set
 	// over whatever the caller's environment held.
 	Proxy []string `json:"proxy,omitempty"`

@@ -344,7 +344,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			"bad tooling",
 			"[filesystem]\ntooling = \"docker\"\n",
-			`policy.toml:2: filesystem.tooling: must be "host" or "rootfs:" followed by an absolute directory, not "docker"`,
+			`policy.toml:2: filesystem.tooling: must be "host", "rootfs:" followed by an absolute directory, or "image:" followed by an image reference, not "docker"`,
 		},
 		{
 			"relative protected with ..",

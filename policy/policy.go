@@ -34,6 +34,9 @@ const (
 	// ToolingRootfs, followed by a directory, binds that directory read-only
 	// as the sandbox's root.
 	ToolingRootfs = "rootfs:"
+	// ToolingImage, followed by an image reference, uses that image from
+	// hutch's image store (package images) as the read-only root.
+	ToolingImage = "image:"
 )
 
 // SeccompDefault names hutch's built-in seccomp profile (as does "").
@@ -110,7 +113,8 @@ const (
 // Filesystem is the FILESYSTEM area.
 type Filesystem struct {
 	// Tooling is "host" (the host's /usr, /bin, /lib*, /opt and /etc minus
-	// a mask, read-only) or "rootfs:DIR" (DIR as the read-only root).
+	// a mask, read-only), "rootfs:DIR" (DIR as the read-only root) or
+	// "image:REF" (an image of hutch's store as the read-only root).
 	Tooling string `toml:"tooling"`
 	// Workspace is the host directory mounted read-write inside (at
 	// WorkspaceAt). Empty means the current directory of the invoking
@@ -276,6 +280,11 @@ type Seccomp struct {
 	// processes and a session's other commands out of reach. False leaves
 	// them to the profile (the built-in one denies them).
 	Ptrace bool `toml:"ptrace"`
+}
+
+// ImageRef returns REF when Tooling is "image:REF".
+func (f Filesystem) ImageRef() (ref string, ok bool) {
+	return strings.CutPrefix(f.Tooling, ToolingImage)
 }
 
 // RootfsDir returns DIR when Tooling is "rootfs:DIR".

@@ -46,6 +46,7 @@ func (p *Policy) Marshal() ([]byte, error) {
 	w("\n# FILESYSTEM: what the command sees.\n[filesystem]\n")
 	w("# %q: the host's /usr, /bin, /sbin, /lib*, /opt and its /etc minus the mask, read-only.\n", ToolingHost)
 	w("# %q: DIR read-only as the root.\n", ToolingRootfs+"DIR")
+	w("# %q: an image of hutch's store read-only as the root (docs/IMAGES.md).\n", ToolingImage+"REF")
 	w("tooling = %s\n", q(f.Tooling))
 	w("# Host directory mounted read-write inside; \"\" is the current directory.\n")
 	w("workspace = %s\n", q(f.Workspace))

@@ -88,10 +88,14 @@ func (v *validator) sandbox(s *Sandbox) {
 }
 
 func (v *validator) filesystem(f *Filesystem) {
-	if f.Tooling != ToolingHost {
+	if ref, ok := f.ImageRef(); ok {
+		if ref == "" || strings.ContainsAny(ref, " \t\n") {
+			v.bad("filesystem.tooling", `"image:" must be followed by an image reference (REGISTRY/REPOSITORY:TAG or @sha256:HEX), not %q`, f.Tooling)
+		}
+	} else if f.Tooling != ToolingHost {
 		dir, ok := f.RootfsDir()
 		if !ok || !filepath.IsAbs(dir) {
-			v.bad("filesystem.tooling", `must be "host" or "rootfs:" followed by an absolute directory, not %q`, f.Tooling)
+			v.bad("filesystem.tooling", `must be "host", "rootfs:" followed by an absolute directory, or "image:" followed by an image reference, not %q`, f.Tooling)
 		}
 	}
 	if f.Workspace != "" && !filepath.IsAbs(f.Workspace) {

@@ -294,7 +294,7 @@ func (s *Server) exec(ctx context.Context, c *net.UnixConn, req *Request, fds []
 		return
 	}
 	send(c, &Reply{Op: "exit", ExitCode: res.ExitCode, TimedOut: res.TimedOut, Messages: append(res.Messages, res.Warnings...), SandboxID: res.SandboxID,
-		Isolation: res.Isolation, IsolationLimits: res.IsolationLimits})
+		Isolation: res.Isolation, IsolationLimits: res.IsolationLimits, Image: res.Image})
 }
 
 // terminal is the pseudo-terminal a client that relays its terminal asks

@@ -102,8 +102,10 @@ type Reply struct {
 	TimedOut  bool     `json:"timed_out,omitempty"`
 	Messages  []string `json:"messages,omitempty"`
 	SandboxID string   `json:"sandbox_id,omitempty"`
-	Error     string   `json:"error,omitempty"`
-	Info      *Info    `json:"info,omitempty"`
+	// Image is the digest of the image the sandbox's root is made of, if any.
+	Image string `json:"image,omitempty"`
+	Error string `json:"error,omitempty"`
+	Info  *Info  `json:"info,omitempty"`
 	// ID is a detached command's id (detached).
 	ID string `json:"id,omitempty"`
 	// Background describes the session's detached commands (ps), or the

@@ -208,7 +208,7 @@ func hutchCmd(o opts, args ...string) *exec.Cmd {
 		state = filepath.Join(stateDir, "root")
 	}
 	cmd.Env = append([]string{"PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home, "LANG=C.UTF-8",
-		"XDG_STATE_HOME=" + filepath.Join(state, "state"), "XDG_CACHE_HOME=" + filepath.Join(state, "cache"),
+		"XDG_STATE_HOME=" + filepath.Join(state, "state"), "XDG_CACHE_HOME=" + filepath.Join(state, "cache"), "XDG_DATA_HOME=" + filepath.Join(state, "data"),
 		"XDG_RUNTIME_DIR=" + state}, o.env...)
 	cmd.Stdin = o.stdin
 	cmd.ExtraFiles = o.extraFiles

@@ -104,7 +104,7 @@ func TestMalformedInput(t *testing.T) {
 
 		// The command line of run and exec.
 		{"no command", []string{"run"}, 125, `hutch: no command given: usage: hutch run [flags] -- COMMAND [ARG...]`},
-		{"unknown command", []string{"bogus"}, 125, `hutch: unknown command "bogus" for hutch: want one of run, exec, session, mcp, plan, doctor, policy, seccomp, cache, diff, apply, discard, changes (see hutch --help)`},
+		{"unknown command", []string{"bogus"}, 125, `hutch: unknown command "bogus" for hutch: want one of run, exec, session, mcp, plan, doctor, policy, seccomp, cache, image, diff, apply, discard, changes (see hutch --help)`},
 		{"unknown flag", run("--bogus", "--", "true"), 125, `hutch: flag provided but not defined: --bogus (see hutch run --help)`},
 		{"--pids not a number", run("--pids", "abc", "--", "true"), 125, `hutch: invalid value "abc" for flag --pids: want a whole number (see hutch run --help)`},
 		{"--cpus not a number", run("--cpus", "x", "--", "true"), 125, `hutch: invalid value "x" for flag --cpus: want a number, e.g. 0.5 (see hutch run --help)`},
@@ -138,7 +138,7 @@ func TestMalformedInput(t *testing.T) {
 		{"--ro-bind over /workspace", run("--ro-bind", "/usr:/workspace", "--", "true"), 125, `hutch: --ro-bind "/usr:/workspace": filesystem.read_only[0].target: cannot bind over /workspace: /workspace and everything beneath it are hutch's`},
 		{"--ro-bind over /home", run("--ro-bind", "/usr:/home", "--", "true"), 125, `hutch: --ro-bind "/usr:/home": filesystem.read_only[0].target: cannot bind over /home: /home/sandbox is a tmpfs of its own (binds beneath it are fine)`},
 		{"--ro-bind missing source", run("--ro-bind", "/nonexistent-src", "--", "true"), 125, `/nonexistent-src`},
-		{"--tooling docker", run("--tooling", "docker", "--", "true"), 125, `hutch: --tooling docker: filesystem.tooling: must be "host" or "rootfs:" followed by an absolute directory, not "docker"`},
+		{"--tooling docker", run("--tooling", "docker", "--", "true"), 125, `hutch: --tooling docker: filesystem.tooling: must be "host", "rootfs:" followed by an absolute directory, or "image:" followed by an image reference, not "docker"`},
 		{"--tooling rootfs: missing", run("--tooling", "rootfs:/nonexistent-root", "--", "true"), 125, `hutch: cannot set up the sandbox: tooling rootfs /nonexistent-root: `},
 		{"--workspace missing", run("--workspace", "/nonexistent-ws", "--", "true"), 125, `hutch: cannot set up the sandbox: workspace /nonexistent-ws: lstat /nonexistent-ws: no such file or directory (pass an existing directory with --workspace)`},
 		{"--workspace a file", run("--workspace", file("not-a-dir", "x"), "--", "true"), 125, `not a directory (pass a directory with --workspace)`},
@@ -227,8 +227,8 @@ func TestMalformedInput(t *testing.T) {
 		pol("uid-large.toml", "[sandbox]\nuid = 70000\n", `2: sandbox.uid: must be between 1 and 65533, not 70000`),
 		pol("gid-negative.toml", "[sandbox]\ngid = -1\n", `2: sandbox.gid: must be between 1 and 65533, not -1`),
 		pol("hostname.toml", "[sandbox]\nhostname = \"bad_host!\"\n", `2: sandbox.hostname: "bad_host!" is not a valid hostname: want at most 64 characters of dot-separated labels, each 1 to 63 letters, digits and hyphens, not starting or ending with a hyphen`),
-		pol("tooling.toml", "[filesystem]\ntooling = \"docker\"\n", `2: filesystem.tooling: must be "host" or "rootfs:" followed by an absolute directory, not "docker"`),
-		pol("tooling-empty-rootfs.toml", "[filesystem]\ntooling = \"rootfs:\"\n", `2: filesystem.tooling: must be "host" or "rootfs:" followed by an absolute directory, not "rootfs:"`),
+		pol("tooling.toml", "[filesystem]\ntooling = \"docker\"\n", `2: filesystem.tooling: must be "host", "rootfs:" followed by an absolute directory, or "image:" followed by an image reference, not "docker"`),
+		pol("tooling-empty-rootfs.toml", "[filesystem]\ntooling = \"rootfs:\"\n", `2: filesystem.tooling: must be "host", "rootfs:" followed by an absolute directory, or "image:" followed by an image reference, not "rootfs:"`),
 		pol("workspace-tilde.toml", "[filesystem]\nworkspace = \"~/src\"\n", `2: filesystem.workspace: "~/src": "~" is not expanded: write the path out in full`),
 		pol("protected-absolute.toml", "[filesystem]\nprotected = [\"/etc\"]\n", `2: filesystem.protected[0]: "/etc" must be relative to the workspace, such as ".git/hooks"`),
 		pol("protected-dotdot.toml", "[filesystem]\nprotected = [\".git/hooks\", \"../x\"]\n", `2: filesystem.protected[1]: "../x" must stay inside the workspace: ".." is not allowed`),

@@ -34,6 +34,7 @@ type doctorReport struct {
 	SeccompNotify  string            `json:"seccomp_notify"`
 	Overlayfs      string            `json:"overlayfs"`
 	TIOCSTI        string            `json:"tiocsti"`
+	Images         string            `json:"images"`
 	MCPServer      string            `json:"mcp_server"`
 	Container      *containerReport  `json:"container,omitempty"`
 	Areas          map[string]string `json:"areas"`
@@ -143,6 +144,7 @@ func diagnose(ctx context.Context) *doctorReport {
 	}
 	r.MCPServer = mcpServerStatus()
 	r.Container = diagnoseContainer(r.CanSandbox)
+	r.Images = imagesStatus()
 
 	// Per policy area.
 	if !r.CanSandbox {
@@ -212,6 +214,7 @@ func printDoctor(r *doctorReport) {
 	row("seccomp notify", r.SeccompNotify)
 	row("overlayfs", r.Overlayfs)
 	row("TIOCSTI", r.TIOCSTI)
+	row("images", r.Images)
 	row("hutch mcp", r.MCPServer)
 	printContainer(row, r.Container)
 	fmt.Println("\nwhat a sandbox gets here:")

@@ -91,7 +91,7 @@ func (e *clientExecutor) Run(ctx context.Context, req agent.ExecRequest) (agent.
 		return agent.ExecResult{}, err
 	}
 	return agent.ExecResult{ExitCode: rep.ExitCode, TimedOut: rep.TimedOut, Events: rep.Messages, SandboxID: rep.SandboxID,
-		Isolation: rep.Isolation, IsolationLimits: rep.IsolationLimits}, nil
+		Isolation: rep.Isolation, IsolationLimits: rep.IsolationLimits, Image: rep.Image}, nil
 }
 
 // hostCwd is the caller's current directory, "" when it cannot be had: a

@@ -101,7 +101,7 @@ func newAppUncached() *cli.App {
 		HideHelpCommand:      true,
 		EnableBashCompletion: false,
 		ExitErrHandler:       func(*cli.Context, error) {},
-		Commands:             append([]*cli.Command{runCommand(), execCommand(), sessionCommand(), mcpCommand(), planCommand(), doctorCommand(), policyCommand(), seccompCommand(), cacheCommand()}, reviewCommands()...),
+		Commands:             append([]*cli.Command{runCommand(), execCommand(), sessionCommand(), mcpCommand(), planCommand(), doctorCommand(), policyCommand(), seccompCommand(), cacheCommand(), imageCommand()}, reviewCommands()...),
 	}
 }
 
@@ -112,7 +112,8 @@ func policyFlags() []cli.Flag {
 		&cli.StringFlag{Name: "policy", Usage: "policy `FILE` (TOML); default: the built-in policy (docs/POLICY.md)"},
 		&cli.StringFlag{Name: "workspace", Aliases: []string{"w"}, Usage: "host `DIR` mounted read-write inside, at /workspace or --workspace-at (default: current directory)"},
 		&cli.StringFlag{Name: "workspace-at", Usage: "where the workspace appears inside: /workspace, or host (its own host path; the default of hutch mcp)"},
-		&cli.StringFlag{Name: "tooling", Usage: "read-only tooling tree: host, or rootfs:`DIR`"},
+		&cli.StringFlag{Name: "tooling", Usage: "read-only tooling tree: host, rootfs:`DIR` or image:REF"},
+		imageFlag,
 		&cli.StringFlag{Name: "timeout", Usage: "wall-clock limit per execution, e.g. 30s, 10m"},
 		&cli.StringSliceFlag{Name: "ro-bind", Usage: "extra read-only bind `SRC[:DST]` (repeatable)"},
 		&cli.StringFlag{Name: "net", Usage: "network mode: proxy (default deny, allowlist through the egress proxy) or none"},
@@ -150,6 +151,9 @@ func effectivePolicy(c *cli.Context, workspaceAt string) (*policy.Policy, error)
 	}
 	if v := c.String("tooling"); v != "" {
 		p.Filesystem.Tooling = v
+	}
+	if err := imageTooling(c, p); err != nil {
+		return nil, err
 	}
 	if v := c.String("workspace-at"); v != "" {
 		p.Filesystem.WorkspaceAt = v
@@ -315,6 +319,9 @@ func runCommand() *cli.Command {
 			}
 			p, err := effectivePolicy(c, policy.WorkspaceAtFixed)
 			if err != nil {
+				return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+			}
+			if err := ensureImage(c.Context, p); err != nil {
 				return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 			}
 			// The working directory, checked before anything is made: the

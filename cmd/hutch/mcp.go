@@ -130,6 +130,9 @@ func mcpSettings(c *cli.Context) (p *policy.Policy, ws string, maxOutput int, er
 	if err != nil {
 		return nil, "", 0, &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
+	if err := ensureImage(c.Context, p); err != nil {
+		return nil, "", 0, &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+	}
 	if err := envFlag(c); err != nil {
 		return nil, "", 0, &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}

@@ -71,6 +71,9 @@ func sessionStart(c *cli.Context) error {
 	if err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
+	if err := ensureImage(c.Context, p); err != nil {
+		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
+	}
 	if p.Filesystem.Workspace, err = hutch.ResolveWorkspace(p.Filesystem.Workspace); err != nil {
 		return &exitError{hutch.ExitSetup, "hutch: " + err.Error()}
 	}
