@@ -85,41 +85,23 @@ func serveMCPHTTP(c *cli.Context) error {
 
 	env := os.Environ()
 	model := &agent.Tool{MaxOutput: maxOutput, MaxTimeout: p.Resources.Timeout.D(), Workspace: p.Filesystem.PathsFor(ws, "")}
-	sessions := &httpSessions{
-		max: cfg.maxSessions, idle: cfg.idleTimeout, logger: logger, secLog: secLog,
-		m: map[string]*httpSession{},
-		newTool: func(ctx context.Context) (*agent.Tool, error) {
-			exec, err := agent.NewSessionExecutor(ctx, &agent.HutchExecutor{
-				Policy: p, SecurityLog: secLog, HostEnv: env, ExtraEnv: c.StringSlice("env"), Logger: quiet,
-			})
-			if err != nil {
-				return nil, err
-			}
-			return &agent.Tool{Exec: exec, MaxOutput: model.MaxOutput, MaxTimeout: model.MaxTimeout, Workspace: model.Workspace}, nil
-		},
+	newTool := func(ctx context.Context) (*agent.Tool, error) {
+		exec, err := agent.NewSessionExecutor(ctx, &agent.HutchExecutor{
+			Policy: p, SecurityLog: secLog, HostEnv: env, ExtraEnv: c.StringSlice("env"), Logger: quiet,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return &agent.Tool{Exec: exec, MaxOutput: model.MaxOutput, MaxTimeout: model.MaxTimeout, Workspace: model.Workspace}, nil
 	}
 	// The model describes a session's tool: a session executor, which
 	// can run commands in the background.
 	model.Exec = &agent.SessionExecutor{}
-	server, err := newMCPServerWith(lifetime, model, sessions.toolOf, p, maxOutput, logger, quiet, nil)
+	h, server, err := newMCPHTTPHandler(lifetime, cfg, model, newTool, p, logger, quiet, secLog)
 	if err != nil {
 		return setup(err)
 	}
-	server.AddReceivingMiddleware(sessions.middleware(lifetime))
-	h := &mcpHTTPHandler{
-		mcp: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
-			SessionTimeout: cfg.idleTimeout,
-			Logger:         quiet,
-		}),
-		origin:   http.NewCrossOriginProtection(),
-		sessions: sessions,
-		logger:   logger,
-		secLog:   secLog,
-	}
-	if cfg.token != nil {
-		sum := sha256.Sum256(cfg.token)
-		h.tokenSum = sum[:]
-	}
+	sessions := h.sessions
 
 	scheme := "http"
 	if cfg.tls != nil {
@@ -186,6 +168,37 @@ func serveMCPHTTP(c *cli.Context) error {
 	return nil
 }
 
+// newMCPHTTPHandler makes the MCP server with the tools of model, whose
+// sessions each get a tool from newTool, and the HTTP handler in front of
+// it, as cfg says.
+func newMCPHTTPHandler(lifetime context.Context, cfg *mcpHTTPConfig, model *agent.Tool, newTool func(context.Context) (*agent.Tool, error),
+	p *policy.Policy, logger, quiet *slog.Logger, secLog *seclog.Log) (*mcpHTTPHandler, *mcp.Server, error) {
+	sessions := &httpSessions{
+		max: cfg.maxSessions, idle: cfg.idleTimeout, logger: logger, secLog: secLog,
+		m: map[string]*httpSession{}, newTool: newTool,
+	}
+	server, err := newMCPServerWith(lifetime, model, sessions.toolOf, p, model.MaxOutput, logger, quiet, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	server.AddReceivingMiddleware(sessions.middleware(lifetime))
+	h := &mcpHTTPHandler{
+		mcp: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
+			SessionTimeout: cfg.idleTimeout,
+			Logger:         quiet,
+		}),
+		origin:   http.NewCrossOriginProtection(),
+		sessions: sessions,
+		logger:   logger,
+		secLog:   secLog,
+	}
+	if cfg.token != nil {
+		sum := sha256.Sum256(cfg.token)
+		h.tokenSum = sum[:]
+	}
+	return h, server, nil
+}
+
 // mcpHTTPHandler is the HTTP side of `hutch mcp --listen`: it logs every
 // request, refuses cross-origin requests from browsers and requests
 // without the token, refuses a new session over the cap before the SDK
@@ -197,9 +210,12 @@ type mcpHTTPHandler struct {
 	origin   *http.CrossOriginProtection
 	tokenSum []byte // sha256 of the token; nil: no token
 	sessions *httpSessions
-	posts    postCounter
-	logger   *slog.Logger
-	secLog   *seclog.Log
+	// noCapPrecheck leaves the cap to the middleware alone (for tests of
+	// initializes that pass the precheck together).
+	noCapPrecheck bool
+	posts         postCounter
+	logger        *slog.Logger
+	secLog        *seclog.Log
 }
 
 // deleteGrace bounds how long a DELETE waits for the answers of the
@@ -325,7 +341,7 @@ func (h *mcpHTTPHandler) guarded(next http.Handler) http.Handler {
 				defer h.posts.done(sid)
 			}
 			id, ok := peekRPC(r, note)
-			if ok && sid == "" && note != nil && note.rpcMethod == "initialize" && h.sessions.full() {
+			if ok && sid == "" && note != nil && note.rpcMethod == "initialize" && !h.noCapPrecheck && h.sessions.full() {
 				h.sessions.recordCap(r.RemoteAddr)
 				h.logger.Warn("mcp http: session refused: at the cap", "max_sessions", h.sessions.max, "remote", r.RemoteAddr)
 				// The refusal is the initialize's JSON-RPC error, as the SDK
