@@ -128,7 +128,7 @@ func diagnoseInitFailure(m *message) string {
 	}
 	what := containerenv.SetupRefused
 	switch {
-	case procMountRefused.MatchString(m.Error):
+	case procMountRefused().MatchString(m.Error):
 		what = containerenv.MountProc
 	case !strings.HasSuffix(m.Error, ": "+unix.EPERM.Error()):
 		return m.Error
@@ -141,7 +141,10 @@ func diagnoseInitFailure(m *message) string {
 
 // procMountRefused matches the init's report of a refused procfs mount
 // (the mount plan's proc step, nsjail/mounts.c: "proc TARGET (WHY): ERROR").
-var procMountRefused = regexp.MustCompile(`(^|: )proc /\S* \(.*\): operation not permitted$`)
+// It is compiled when a failure is diagnosed, not at every process's start.
+func procMountRefused() *regexp.Regexp {
+	return regexp.MustCompile(`(^|: )proc /\S* \(.*\): operation not permitted$`)
+}
 
 // ProbeUserNamespaces says why a sandbox's namespaces cannot be made here,
 // or "" when they can: it starts a probe of hutch's binary (probe.c) in the

@@ -13,7 +13,7 @@ func TestProcMountRefused(t *testing.T) {
 		"build the sandbox's root filesystem: tmpfs /tmp (scratch): operation not permitted":                               false,
 		"build the sandbox's root filesystem: bind /usr/proc /x (tooling): operation not permitted":                        false,
 	} {
-		if got := procMountRefused.MatchString(msg); got != want {
+		if got := procMountRefused().MatchString(msg); got != want {
 			t.Errorf("procMountRefused(%q) = %v, want %v", msg, got, want)
 		}
 	}

@@ -24,7 +24,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -76,12 +75,26 @@ func (c *ChangeSet) Work() string { return filepath.Join(c.Dir, "work") }
 // directory state.
 func Root(state string) string { return filepath.Join(state, "changes") }
 
-var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+// validID says whether id is 1..64 of [A-Za-z0-9._-], starting with a
+// letter or digit. (A loop, not a package-level regexp: every hutch process
+// would compile it at start.)
+func validID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
+	}
+	for i, c := range []byte(id) {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // ValidID checks a change set's id: 1..64 letters, digits, '.', '_' or
 // '-', not starting with a punctuation mark.
 func ValidID(id string) error {
-	if !idRE.MatchString(id) {
+	if !validID(id) {
 		return fmt.Errorf("change set id %q: want 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", id)
 	}
 	return nil
