@@ -502,3 +502,35 @@ func TestNestedContainerRoot(t *testing.T) {
 		}
 	})
 }
+
+// TestNestedContainerLandlockSuite (issue 21, 2 and 3a): the landlock
+// isolation's end-to-end checks (TestLandlockIsolation*: hardening,
+// lifecycle, sessions, auto) pass where user namespaces cannot be had:
+// this suite's own binary runs them inside a container as Docker makes it
+// by default (its seccomp profile, masked /proc, its capabilities for the
+// container's root), with the suite's warm-up in that isolation.
+func TestNestedContainerLandlockSuite(t *testing.T) {
+	runc := needRunc(t)
+	prof, err := containerseccomp.DockerDefault(runtime.GOARCH)
+	if err != nil {
+		t.Skip(err)
+	}
+	bin := filepath.Join(t.TempDir(), "e2e.test")
+	if out, err := exec.Command("go", "test", "-c", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go test -c: %v\n%s", err, out)
+	}
+	script := "cp /work/e2e.test /tmp/e2e.test && cd /tmp && HUTCH_BIN=/hutch HUTCH_E2E_ISOLATION=landlock /tmp/e2e.test -test.v -test.count=1 -test.run '^TestLandlockIsolation' 2>&1; echo suite-exit=$?"
+	b := newBundle(t, runc, containerShape{masked: true, seccomp: prof, root: true, caps: dockerCaps}, "/bin/sh", "-c", script)
+	// Into the workspace volume: the container's root is read-only.
+	if out, err := exec.Command("cp", bin, filepath.Join(b.dir, "work-vol", "e2e.test")).CombinedOutput(); err != nil {
+		t.Fatalf("copy the suite into the container's volume: %v\n%s", err, out)
+	}
+	code, out, errOut := b.run(t)
+	t.Logf("container exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	if !strings.Contains(out, "suite-exit=0") {
+		t.Fatalf("the landlock isolation's e2e checks inside Docker's default container did not pass")
+	}
+	if !strings.Contains(out, "--- PASS: TestLandlockIsolationHardening") || !strings.Contains(out, "--- PASS: TestLandlockIsolationLifecycle") {
+		t.Errorf("the hardening and lifecycle checks did not run inside the container")
+	}
+}
