@@ -166,7 +166,18 @@ func TestLandlockIsolationLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(20 * time.Second)
-		for len(processesWith(mark)) < 2 {
+		// The two `sh -c 'sleep 1000; : MARK'` of the command; hutch's own
+		// cmdline (and that of a process it forks before the init is
+		// renamed) carries the mark too, so count only those shells.
+		shells := func() (n int) {
+			for _, pid := range processesWith(mark) {
+				if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.HasPrefix(string(b), "sh\x00-c\x00sleep 1000") {
+					n++
+				}
+			}
+			return n
+		}
+		for shells() < 2 {
 			if time.Now().After(deadline) {
 				cmd.Process.Kill()
 				cmd.Wait()
