@@ -99,7 +99,8 @@ test('lists run_command with its input and output schema', async () => {
   assert.equal(tool.inputSchema.properties.timeout_seconds.type, 'integer');
   assert.ok(tool.outputSchema, 'no outputSchema');
   assert.deepEqual(Object.keys(tool.outputSchema.properties).sort(), [
-    'background_id', 'exit_code', 'policy_events', 'sandbox_id', 'stderr', 'stderr_truncated', 'stdout', 'stdout_truncated', 'timed_out',
+    'background_id', 'exit_code', 'image', 'isolation', 'isolation_limits', 'pending_changes', 'policy_events', 'sandbox_id', 'stderr',
+    'stderr_truncated', 'stdout', 'stdout_truncated', 'timed_out',
   ]);
   const bg = tools.find((t) => t.name === 'background');
   assert.ok(bg, `background not among ${tools.map((t) => t.name)}`);
