@@ -88,6 +88,6 @@ func (e *HutchExecutor) Run(ctx context.Context, req ExecRequest) (ExecResult, e
 		SandboxID: res.SandboxID,
 		Isolation: res.Isolation, IsolationLimits: res.IsolationLimits,
 		Review: res.Review,
-		Image:     res.Image,
+		Image:  res.Image,
 	}, nil
 }
