@@ -1,0 +1,110 @@
+package test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	tr "github.com/hutchsandbox/hutch/internal/testregistry"
+)
+
+// buildContext writes a spec and the files it copies into a directory of
+// the test user's.
+func buildContext(t *testing.T, o opts, files map[string]string) string {
+	t.Helper()
+	dir := userDir(t)
+	for n, body := range files {
+		p := filepath.Join(dir, n)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ownTree(t, o, dir)
+	return dir
+}
+
+// hutch image build of copy, env and workdir steps on a pinned busybox
+// image: the built image runs with --image and has the files and
+// variables; a second build takes every step from the cache; a changed
+// input reruns its step and those after it; --locked fails (exit 3) on a
+// changed input; a spec that is not valid is exit 2 naming the key.
+func TestImageBuild(t *testing.T) {
+	reg := tr.Start(t)
+	_, byDigest := reg.Push(t, "hutch-test/build-base:v1", tr.Image(t, v1.Config{Env: []string{"PATH=/bin"}}, tr.Busybox(t)))
+	eachUser(t, func(t *testing.T, o opts) {
+		tag := "local/hutch-build-test:" + map[bool]string{false: "user", true: "root"}[o.root]
+		dir := buildContext(t, o, map[string]string{
+			"build.toml": `from = "` + byDigest + `"
+[[step]]
+copy = "app"
+to = "/opt/app"
+[[step]]
+env = { APPMODE = "built" }
+[[step]]
+copy = "conf.txt"
+to = "/etc/app/conf.txt"
+[[step]]
+workdir = "/opt/app"
+`,
+			"app/run.sh": "#!/bin/sh\necho app-ran\n",
+			"conf.txt":   "conf-v1\n",
+		})
+		o.dir = dir
+		spec := filepath.Join(dir, "build.toml")
+		r := hutch(t, o, "image", "build", "-f", spec, "--tag", tag)
+		mustCode(t, r, 0)
+		if strings.Contains(r.stdout, "cached") || !strings.Contains(r.stdout, "step 4/4: workdir /opt/app\n") {
+			t.Errorf("first build:\n%s%s", r.stdout, r.stderr)
+		}
+		r = hutch(t, o, "run", "--image", tag, "--", "/bin/sh", "-c", `sh /opt/app/run.sh; cat /etc/app/conf.txt; echo "APPMODE=$APPMODE"`)
+		mustCode(t, r, 0)
+		if r.stdout != "app-ran\nconf-v1\nAPPMODE=built\n" {
+			t.Errorf("run on the built image: %q %s", r.stdout, r.stderr)
+		}
+		lock, err := os.ReadFile(spec + ".lock")
+		if err != nil || !strings.Contains(string(lock), `"base": "`+byDigest[strings.Index(byDigest, "@")+1:]) {
+			t.Errorf("lock file (%v):\n%s", err, lock)
+		}
+
+		r = hutch(t, o, "image", "build", "-f", spec, "--tag", tag)
+		mustCode(t, r, 0)
+		if strings.Count(r.stdout, ": cached: ") != 4 {
+			t.Errorf("second build, every step cached:\n%s", r.stdout)
+		}
+		mustCode(t, hutch(t, o, "image", "build", "--locked", "-f", spec), 0)
+
+		os.WriteFile(filepath.Join(dir, "conf.txt"), []byte("conf-v2\n"), 0o644)
+		r = hutch(t, o, "image", "build", "--locked", "-f", spec, "--tag", tag)
+		mustCode(t, r, 3)
+		if !strings.Contains(r.stderr, "step 3 (copy conf.txt /etc/app/conf.txt): layer") || !strings.Contains(r.stderr, "nothing tagged") {
+			t.Errorf("--locked mismatch:\n%s", r.stderr)
+		}
+		if b, _ := os.ReadFile(spec + ".lock"); string(b) != string(lock) {
+			t.Error("--locked mismatch rewrote the lock file")
+		}
+		os.WriteFile(filepath.Join(dir, "conf.txt"), []byte("conf-v3\n"), 0o644)
+		r = hutch(t, o, "image", "build", "-f", spec, "--tag", tag)
+		mustCode(t, r, 0)
+		if !strings.Contains(r.stdout, "step 2/4: cached: ") || !strings.Contains(r.stdout, "step 3/4: copy conf.txt") || !strings.Contains(r.stdout, "step 4/4: workdir") {
+			t.Errorf("build after a change, steps 3 and 4 rerun:\n%s", r.stdout)
+		}
+		r = hutch(t, o, "run", "--image", tag, "--", "cat", "/etc/app/conf.txt")
+		if r.stdout != "conf-v3\n" {
+			t.Errorf("the tag after the rebuild: %q %s", r.stdout, r.stderr)
+		}
+
+		os.WriteFile(filepath.Join(dir, "bad.toml"), []byte("from = \""+byDigest+"\"\n[[step]]\ncopy = \"../etc/passwd\"\nto = \"/x\"\n"), 0o644)
+		r = hutch(t, o, "image", "build", "-f", filepath.Join(dir, "bad.toml"), "--tag", tag+"-bad")
+		mustCode(t, r, 2)
+		if !strings.Contains(r.stderr, "bad.toml: step[1].copy: \"../etc/passwd\": want a path inside the build context") {
+			t.Errorf("bad spec:\n%s", r.stderr)
+		}
+		if r := hutch(t, o, "image", "inspect", tag+"-bad"); r.code == 0 {
+			t.Error("a refused spec tagged an image")
+		}
+	})
+}
