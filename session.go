@@ -158,6 +158,7 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 	if err != nil {
 		return nil, err
 	}
+	host.Build = o.Build
 	var rv *reviewing
 	if p.Filesystem.Review {
 		if rv, err = openReview(p, host, o.ChangeSet, o.SessionName); err != nil {

@@ -120,7 +120,7 @@ func Build(ctx context.Context, st *images.Store, spec *Spec, o Options) (*Resul
 		if s.Kind == Copy {
 			p, err := writeLayerTar(filepath.Join(st.Dir, "tmp"), filepath.Join(spec.Context, filepath.FromSlash(s.Src)), s.Dest)
 			if err != nil {
-				return nil, fmt.Errorf("%s (%s): %w", n, s.Text(), err)
+				return nil, fmt.Errorf("%s (%s): %w", n, s.Short(), err)
 			}
 			defer os.Remove(p)
 			tarPath = p
@@ -140,7 +140,7 @@ func Build(ctx context.Context, st *images.Store, spec *Spec, o Options) (*Resul
 			if h, err := v1.NewHash(d); err == nil {
 				if img, err := st.Get(h); err == nil {
 					if _, err := st.V1Image(img); err == nil {
-						say("%s: cached: %s", n, s.Text())
+						say("%s: cached: %s", n, s.Short())
 						cur = img
 						res.Cached = append(res.Cached, true)
 						lock.Steps = append(lock.Steps, lockStep(s, key, img))
@@ -149,18 +149,18 @@ func Build(ctx context.Context, st *images.Store, spec *Spec, o Options) (*Resul
 				}
 			}
 		}
-		say("%s: %s", n, s.Text())
+		say("%s: %s", n, s.Short())
 		if s.Kind == Run {
 			p, err := o.Run(ctx, cur, s, spec.Allow)
 			if err != nil {
-				return nil, fmt.Errorf("%s (%s): %w", n, s.Text(), err)
+				return nil, fmt.Errorf("%s (%s): %w", n, s.Short(), err)
 			}
 			defer os.Remove(p)
 			tarPath = p
 		}
 		next, err := applyStep(ctx, st, cur, s, tarPath)
 		if err != nil {
-			return nil, fmt.Errorf("%s (%s): %w", n, s.Text(), err)
+			return nil, fmt.Errorf("%s (%s): %w", n, s.Short(), err)
 		}
 		if err := cachePut(st, key, next.Digest.String()); err != nil {
 			return nil, err

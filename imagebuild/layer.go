@@ -9,7 +9,10 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // epoch is every build layer entry's modification time: a layer is made
@@ -22,6 +25,8 @@ var epoch = time.Unix(0, 0).UTC()
 type tarWriter struct {
 	tw   *tar.Writer
 	dirs map[string]bool
+	// keepTimes keeps the files' modification times (a run step's layer).
+	keepTimes bool
 }
 
 func newTarWriter(w io.Writer) *tarWriter {
@@ -48,6 +53,9 @@ func (t *tarWriter) file(src, name string, info fs.FileInfo) error {
 		return err
 	}
 	h := &tar.Header{Name: name, Mode: int64(info.Mode().Perm()), ModTime: epoch}
+	if t.keepTimes {
+		h.ModTime = info.ModTime().Truncate(time.Second)
+	}
 	if info.Mode()&fs.ModeSticky != 0 {
 		h.Mode |= 0o1000
 	}
@@ -117,12 +125,19 @@ func (t *tarWriter) close() error { return t.tw.Close() }
 // writeLayerTar writes a tar of src at dest into a new file in tmpDir and
 // returns its path; the caller removes it.
 func writeLayerTar(tmpDir, src, dest string) (string, error) {
+	return layerFile(tmpDir, false, func(tw *tarWriter) error { return tw.tree(src, strings.TrimPrefix(dest, "/")) })
+}
+
+// layerFile writes a layer tar through write into a new file in tmpDir
+// and returns its path (the caller removes it); nothing is left on error.
+func layerFile(tmpDir string, keepTimes bool, write func(*tarWriter) error) (string, error) {
 	f, err := os.CreateTemp(tmpDir, "build-layer-")
 	if err != nil {
 		return "", err
 	}
 	tw := newTarWriter(f)
-	err = tw.tree(src, strings.TrimPrefix(dest, "/"))
+	tw.keepTimes = keepTimes
+	err = write(tw)
 	if err == nil {
 		err = tw.close()
 	}
@@ -134,4 +149,78 @@ func writeLayerTar(tmpDir, src, dest string) (string, error) {
 		return "", err
 	}
 	return f.Name(), nil
+}
+
+// upperLayer writes the layer tar of an overlay upper directory made by a
+// run step (one subdirectory per top-level directory of the image): its
+// files as they are (modification times kept), its whiteouts (character
+// devices 0/0, or files with the user.overlay.whiteout xattr) as OCI
+// ".wh.NAME" entries, and its opaque directories (user.overlay.opaque "y")
+// with a ".wh..wh..opq" entry. Top-level directories the step left empty
+// are not in the layer.
+func upperLayer(tmpDir, upper string) (string, error) {
+	p, err := layerFile(tmpDir, true, func(tw *tarWriter) error { return tw.upper(upper) })
+	if err != nil {
+		return "", fmt.Errorf("the step's layer: %w", err)
+	}
+	return p, nil
+}
+
+// upper writes the tree of an overlay upper directory (upperLayer).
+func (tw *tarWriter) upper(upper string) error {
+	return filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == upper {
+			return err
+		}
+		rel, err := filepath.Rel(upper, p)
+		if err != nil {
+			return err
+		}
+		name := filepath.ToSlash(rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && !strings.Contains(name, "/") {
+			if ents, _ := os.ReadDir(p); len(ents) == 0 && !isOpaque(p) {
+				return fs.SkipDir // left as it was
+			}
+		}
+		if isWhiteout(p, info) {
+			wh := path.Join(path.Dir(name), ".wh."+path.Base(name))
+			if err := tw.parents(wh); err != nil {
+				return err
+			}
+			return tw.tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: wh, Mode: 0o600, ModTime: epoch})
+		}
+		if err := tw.file(p, name, info); err != nil {
+			return err
+		}
+		if d.IsDir() && isOpaque(p) {
+			return tw.tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name + "/.wh..wh..opq", Mode: 0o600, ModTime: epoch})
+		}
+		return nil
+	})
+}
+
+// isWhiteout: overlayfs's whiteout, a 0/0 character device or (Linux
+// 6.7) a file with the user.overlay.whiteout xattr.
+func isWhiteout(p string, info fs.FileInfo) bool {
+	if info.Mode()&fs.ModeCharDevice != 0 {
+		if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Rdev == 0 {
+			return true
+		}
+	}
+	if info.Mode().IsRegular() && info.Size() == 0 {
+		n, err := unix.Lgetxattr(p, "user.overlay.whiteout", nil)
+		return err == nil && n >= 0
+	}
+	return false
+}
+
+// isOpaque: an overlayfs opaque directory (userxattr).
+func isOpaque(p string) bool {
+	b := make([]byte, 8)
+	n, err := unix.Lgetxattr(p, "user.overlay.opaque", b)
+	return err == nil && n == 1 && b[0] == 'y'
 }

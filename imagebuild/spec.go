@@ -73,6 +73,17 @@ func (s Step) Text() string {
 	}
 }
 
+// Short is Text on one line, for messages: a multi-line command's first
+// line and how many more.
+func (s Step) Short() string {
+	t := strings.TrimSpace(s.Text())
+	first, rest, ok := strings.Cut(t, "\n")
+	if !ok {
+		return t
+	}
+	return fmt.Sprintf("%s ... (%d more lines)", first, strings.Count(rest, "\n")+1)
+}
+
 // The document as TOML gives it; every field optional so that a missing
 // one is reported by name.
 type rawSpec struct {

@@ -49,20 +49,34 @@ copy = "conf.txt"
 to = "/etc/app/conf.txt"
 [[step]]
 workdir = "/opt/app"
+[[step]]
+run = """
+set -e
+echo "ran in $(pwd) APPMODE=$APPMODE id=$(id -u)"
+mkdir -p /usr/share/made && echo made > /usr/share/made/file
+rm /bin/wc
+rm -r /opt/app/sub && mkdir /opt/app/sub && echo new > /opt/app/sub/new
+mkdir /etc/app/fresh && echo x > /etc/app/fresh/y
+"""
 `,
-			"app/run.sh": "#!/bin/sh\necho app-ran\n",
-			"conf.txt":   "conf-v1\n",
+			"app/run.sh":  "#!/bin/sh\necho app-ran\n",
+			"app/sub/old": "old\n",
+			"conf.txt":    "conf-v1\n",
 		})
 		o.dir = dir
 		spec := filepath.Join(dir, "build.toml")
 		r := hutch(t, o, "image", "build", "-f", spec, "--tag", tag)
 		mustCode(t, r, 0)
-		if strings.Contains(r.stdout, "cached") || !strings.Contains(r.stdout, "step 4/4: workdir /opt/app\n") {
+		if strings.Contains(r.stdout, "cached") || !strings.Contains(r.stdout, "step 4/5: workdir /opt/app\n") {
 			t.Errorf("first build:\n%s%s", r.stdout, r.stderr)
 		}
-		r = hutch(t, o, "run", "--image", tag, "--", "/bin/sh", "-c", `sh /opt/app/run.sh; cat /etc/app/conf.txt; echo "APPMODE=$APPMODE"`)
+		if !strings.Contains(r.stdout, "ran in /opt/app APPMODE=built id=1000\n") {
+			t.Errorf("the run step's output:\n%s%s", r.stdout, r.stderr)
+		}
+		r = hutch(t, o, "run", "--image", tag, "--", "/bin/sh", "-c", `sh /opt/app/run.sh; cat /etc/app/conf.txt; echo "APPMODE=$APPMODE"
+cat /usr/share/made/file /etc/app/fresh/y; ls /opt/app/sub; [ -e /bin/wc ] && echo wc-still-there; [ -e /bin/ls ] && echo ls-kept`)
 		mustCode(t, r, 0)
-		if r.stdout != "app-ran\nconf-v1\nAPPMODE=built\n" {
+		if r.stdout != "app-ran\nconf-v1\nAPPMODE=built\nmade\nx\nnew\nls-kept\n" {
 			t.Errorf("run on the built image: %q %s", r.stdout, r.stderr)
 		}
 		lock, err := os.ReadFile(spec + ".lock")
@@ -72,7 +86,7 @@ workdir = "/opt/app"
 
 		r = hutch(t, o, "image", "build", "-f", spec, "--tag", tag)
 		mustCode(t, r, 0)
-		if strings.Count(r.stdout, ": cached: ") != 4 {
+		if strings.Count(r.stdout, ": cached: ") != 5 {
 			t.Errorf("second build, every step cached:\n%s", r.stdout)
 		}
 		mustCode(t, hutch(t, o, "image", "build", "--locked", "-f", spec), 0)
@@ -89,7 +103,7 @@ workdir = "/opt/app"
 		os.WriteFile(filepath.Join(dir, "conf.txt"), []byte("conf-v3\n"), 0o644)
 		r = hutch(t, o, "image", "build", "-f", spec, "--tag", tag)
 		mustCode(t, r, 0)
-		if !strings.Contains(r.stdout, "step 2/4: cached: ") || !strings.Contains(r.stdout, "step 3/4: copy conf.txt") || !strings.Contains(r.stdout, "step 4/4: workdir") {
+		if !strings.Contains(r.stdout, "step 2/5: cached: ") || !strings.Contains(r.stdout, "step 3/5: copy conf.txt") || !strings.Contains(r.stdout, "step 5/5: run") {
 			t.Errorf("build after a change, steps 3 and 4 rerun:\n%s", r.stdout)
 		}
 		r = hutch(t, o, "run", "--image", tag, "--", "cat", "/etc/app/conf.txt")

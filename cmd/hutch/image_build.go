@@ -44,7 +44,7 @@ func imageBuildCommand(fail func(error) error) *cli.Command {
 					}
 					return rep.Image, nil
 				},
-				Run: runStep(c),
+				Run: imagebuild.SandboxRunner(st, "", os.Stdout, spec.File),
 			})
 			var le *imagebuild.LockError
 			var se *imagebuild.SpecError
@@ -69,6 +69,3 @@ func imageBuildCommand(fail func(error) error) *cli.Command {
 		},
 	}
 }
-
-// runStep runs build steps' commands; nil until they are supported.
-func runStep(*cli.Context) imagebuild.RunFunc { return nil }
