@@ -60,7 +60,7 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 		},
 	}
 	if h.Build != nil {
-		sb.Identity.Home = "/root"
+		sb.Identity = Identity{UID: 0, GID: 0, User: "root", Home: "/root", Hostname: sb.Identity.Hostname, BuildCaps: true}
 	}
 	// First: the isolation decides what of the rest applies.
 	iso, w, err := decideIsolation(p.Sandbox.Isolation, strict, h.Isolation.UsernsProblem)
@@ -106,6 +106,7 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 	}
 	sb.Landlock = buildLandlock(p, h, sb)
 	sb.Seccomp = buildSeccomp(p, h)
+	sb.Seccomp.FakeChown = h.Build != nil
 	if sb.Resources, err = buildResources(p, h, strict, req == nil); err != nil {
 		return nil, err
 	}

@@ -57,6 +57,8 @@ mkdir -p /usr/share/made && echo made > /usr/share/made/file
 rm /bin/wc
 rm -r /opt/app/sub && mkdir /opt/app/sub && echo new > /opt/app/sub/new
 mkdir /etc/app/fresh && echo x > /etc/app/fresh/y
+grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status
+chown 100:100 /etc/app/fresh/y && echo chown-ok
 """
 `,
 			"app/run.sh":  "#!/bin/sh\necho app-ran\n",
@@ -70,8 +72,13 @@ mkdir /etc/app/fresh && echo x > /etc/app/fresh/y
 		if strings.Contains(r.stdout, "cached") || !strings.Contains(r.stdout, "step 4/5: workdir /opt/app\n") {
 			t.Errorf("first build:\n%s%s", r.stdout, r.stderr)
 		}
-		if !strings.Contains(r.stdout, "ran in /opt/app APPMODE=built id=1000\n") {
-			t.Errorf("the run step's output:\n%s%s", r.stdout, r.stderr)
+		// uid 0 with three capabilities in its own user namespace, every
+		// other protection as in hutch run; chown to an unmapped id succeeds.
+		for _, want := range []string{"ran in /opt/app APPMODE=built id=0\n", "CapEff:\t000000000000000b\n", "CapBnd:\t000000000000000b\n",
+			"NoNewPrivs:\t1\n", "Seccomp:\t2\n", "chown-ok\n"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("the run step's output lacks %q:\n%s%s", want, r.stdout, r.stderr)
+			}
 		}
 		r = hutch(t, o, "run", "--image", tag, "--", "/bin/sh", "-c", `sh /opt/app/run.sh; cat /etc/app/conf.txt; echo "APPMODE=$APPMODE"
 cat /usr/share/made/file /etc/app/fresh/y; ls /opt/app/sub; [ -e /bin/wc ] && echo wc-still-there; [ -e /bin/ls ] && echo ls-kept`)
