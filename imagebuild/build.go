@@ -40,6 +40,9 @@ type Options struct {
 	Pull func(ctx context.Context, ref string) (*images.Image, error)
 	// Run runs run steps.
 	Run RunFunc
+	// Versions, when set, finds the versions installed in the built
+	// image (Lock.Installed).
+	Versions func(ctx context.Context, img *images.Image) (map[string][]string, error)
 }
 
 // Result is a finished build.
@@ -170,6 +173,15 @@ func Build(ctx context.Context, st *images.Store, spec *Spec, o Options) (*Resul
 		lock.Steps = append(lock.Steps, lockStep(s, key, next))
 	}
 	lock.Image = cur.Digest.String()
+	if o.Versions != nil {
+		vs, err := o.Versions(ctx, cur)
+		if err != nil {
+			return nil, err
+		}
+		if len(vs) > 0 {
+			lock.Installed = vs
+		}
+	}
 	if o.Locked {
 		if diffs := old.diff(lock); len(diffs) > 0 {
 			return nil, &LockError{Path: res.LockPath, Diffs: diffs}

@@ -2,11 +2,14 @@ package test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	tr "github.com/hutchsandbox/hutch/internal/testregistry"
 )
@@ -128,4 +131,53 @@ cat /usr/share/made/file /etc/app/fresh/y; ls /opt/app/sub; [ -e /bin/wc ] && ec
 			t.Error("a refused spec tagged an image")
 		}
 	})
+}
+
+// apt-get install in a run step, as the unprivileged user: Debian
+// bookworm's minbase (mmdebstrap, as TestImageDebian makes it) as the
+// base, the Debian archive reached through the egress proxy with the
+// spec's allowlist; the package runs from the built image and its version
+// is in the lock file. It downloads from the Debian archive (a minute or
+// two), so it runs when HUTCH_TEST_DEBIAN=1.
+func TestImageBuildAptGet(t *testing.T) {
+	if os.Getenv("HUTCH_TEST_DEBIAN") != "1" {
+		t.Skip("set HUTCH_TEST_DEBIAN=1 to build a Debian image with mmdebstrap and apt-get install from the Debian archive (minutes)")
+	}
+	if !asRoot {
+		t.Skip("mmdebstrap makes a root-owned tree: the suite must run as root")
+	}
+	if _, err := exec.LookPath("mmdebstrap"); err != nil {
+		t.Skip("mmdebstrap is not installed (apt-get install mmdebstrap)")
+	}
+	tarPath := filepath.Join(t.TempDir(), "debian.tar")
+	if out, err := exec.Command("mmdebstrap", "--variant=minbase", "--quiet", "bookworm", tarPath,
+		"deb http://deb.debian.org/debian bookworm main").CombinedOutput(); err != nil { // the sources the allowlist names
+		t.Skipf("mmdebstrap could not make a Debian root (is the Debian archive reachable?): %v\n%s", err, out)
+	}
+	l, err := tarball.LayerFromFile(tarPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := tr.Start(t)
+	_, byDigest := reg.Push(t, "hutch-test/debian-build:bookworm", tr.Image(t, v1.Config{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}}, l))
+	o := opts{timeout: 10 * time.Minute}
+	dir := buildContext(t, o, map[string]string{"build.toml": `from = "` + byDigest + `"
+[network]
+allow = ["deb.debian.org:80"]
+[[step]]
+run = "apt-get update && apt-get install -y --no-install-recommends hello"
+`})
+	o.dir = dir
+	spec := filepath.Join(dir, "build.toml")
+	r := hutch(t, o, "image", "build", "-f", spec, "--tag", "local/hutch-build-apt:1")
+	mustCode(t, r, 0)
+	r = hutch(t, o, "run", "--image", "local/hutch-build-apt:1", "--", "hello")
+	mustCode(t, r, 0)
+	if r.stdout != "Hello, world!\n" {
+		t.Errorf("hello from the built image: %q %s", r.stdout, r.stderr)
+	}
+	lock, _ := os.ReadFile(spec + ".lock")
+	if !strings.Contains(string(lock), `"hello=`) || !strings.Contains(string(lock), `"dpkg=`) {
+		t.Errorf("the lock file lacks the installed versions:\n%s", lock)
+	}
 }

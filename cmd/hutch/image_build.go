@@ -34,6 +34,7 @@ func imageBuildCommand(fail func(error) error) *cli.Command {
 			if err != nil {
 				return fail(err)
 			}
+			sx := &imagebuild.Sandbox{Store: st, Out: os.Stdout, SpecFile: spec.File}
 			res, err := imagebuild.Build(c.Context, st, spec, imagebuild.Options{
 				Tag: c.String("tag"), Locked: c.Bool("locked"), Out: os.Stdout,
 				Pull: func(ctx context.Context, ref string) (*images.Image, error) {
@@ -44,7 +45,7 @@ func imageBuildCommand(fail func(error) error) *cli.Command {
 					}
 					return rep.Image, nil
 				},
-				Run: imagebuild.SandboxRunner(st, "", os.Stdout, spec.File),
+				Run: sx.Run, Versions: sx.Versions,
 			})
 			var le *imagebuild.LockError
 			var se *imagebuild.SpecError
