@@ -76,7 +76,7 @@ func Build(ctx context.Context, st *images.Store, spec *Spec, o Options) (*Resul
 	}
 	for i, s := range spec.Steps {
 		if s.Kind == Run && o.Run == nil {
-			return nil, &SpecError{File: spec.File, Key: fmt.Sprintf("step[%d].run", i+1), Msg: "run steps cannot be built here"}
+			return nil, &SpecError{File: spec.File, Key: fmt.Sprintf("step[%d].run", i+1), Msg: "run steps need a sandbox to run in (Options.Run: imagebuild.Sandbox.Run), which this caller gives none"}
 		}
 	}
 	lock := &Lock{Spec: filepath.Base(spec.File), From: spec.From}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hutchsandbox/hutch/images"
@@ -124,5 +125,33 @@ workdir = "/opt/src"
 		if e.Name() != "." {
 			t.Errorf("left in the store's tmp/: %s", e.Name())
 		}
+	}
+}
+
+// --locked refuses a from that is not pinned by digest and a spec without
+// a lock file, building nothing.
+func TestBuildLockedRefusals(t *testing.T) {
+	dir := t.TempDir()
+	st, err := images.Open(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(filepath.Join(dir, "base"), 0o755)
+	p := writeSpec(t, dir, "from = \"rootfs:base\"\n[[step]]\nworkdir = \"/x\"\n")
+	s, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Build(context.Background(), st, s, Options{Locked: true}); err == nil || !strings.Contains(err.Error(), "there is no lock file "+LockPath(p)) {
+		t.Errorf("--locked without a lock file: %v", err)
+	}
+	os.WriteFile(LockPath(p), []byte(`{"base": "sha256:00"}`), 0o644)
+	s.RootFS, s.From = "", "example.com/base:latest"
+	var se *SpecError
+	if _, err := Build(context.Background(), st, s, Options{Locked: true}); !errors.As(err, &se) || se.Key != "from" || !strings.Contains(err.Error(), "is not pinned") {
+		t.Errorf("--locked with a tag: %v", err)
+	}
+	if es, _ := st.List(); len(es) != 0 {
+		t.Errorf("a refused build named %v", es)
 	}
 }

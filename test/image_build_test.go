@@ -130,6 +130,28 @@ cat /usr/share/made/file /etc/app/fresh/y; ls /opt/app/sub; [ -e /bin/wc ] && ec
 		if r := hutch(t, o, "image", "inspect", tag+"-bad"); r.code == 0 {
 			t.Error("a refused spec tagged an image")
 		}
+
+		// A failing run step: exit 1 with the command's status, nothing
+		// tagged, no work directory left in the store or in TMPDIR.
+		os.WriteFile(filepath.Join(dir, "fail.toml"), []byte("from = \""+byDigest+"\"\n[[step]]\nrun = \"echo partial > /partial; exit 3\"\n"), 0o644)
+		r = hutch(t, o, "image", "build", "-f", filepath.Join(dir, "fail.toml"), "--tag", tag+"-fail")
+		mustCode(t, r, 1)
+		if !strings.Contains(r.stderr, "step 1/1 (run echo partial > /partial; exit 3): the command exited with status 3 (nothing tagged)") {
+			t.Errorf("failing step:\n%s", r.stderr)
+		}
+		if r := hutch(t, o, "image", "inspect", tag+"-fail"); r.code == 0 {
+			t.Error("a failed build tagged an image")
+		}
+		state := stateDir
+		if o.root {
+			state = filepath.Join(stateDir, "root")
+		}
+		if left, _ := filepath.Glob(filepath.Join(state, "data", "hutch", "images", "tmp", "*")); len(left) != 0 {
+			t.Errorf("left in the store's tmp/: %v", left)
+		}
+		if left, _ := filepath.Glob(filepath.Join(os.TempDir(), "hutch-build-*")); len(left) != 0 {
+			t.Errorf("left in TMPDIR: %v", left)
+		}
 	})
 }
 
