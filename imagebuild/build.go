@@ -187,6 +187,13 @@ func Build(ctx context.Context, st *images.Store, spec *Spec, o Options) (*Resul
 			return nil, &LockError{Path: res.LockPath, Diffs: diffs}
 		}
 	}
+	// The lock file before the name: a build whose lock cannot be
+	// written tags nothing.
+	if !o.Locked {
+		if err := lock.Write(res.LockPath); err != nil {
+			return nil, err
+		}
+	}
 	// The final image: unpacked, its root built, named.
 	v, err := st.V1Image(cur)
 	if err != nil {
@@ -198,11 +205,6 @@ func Build(ctx context.Context, st *images.Store, spec *Spec, o Options) (*Resul
 	}
 	res.Image = rep.Image
 	res.Lock = lock
-	if !o.Locked {
-		if err := lock.Write(res.LockPath); err != nil {
-			return nil, err
-		}
-	}
 	return res, nil
 }
 

@@ -30,11 +30,30 @@ func buildContext(t *testing.T, o opts, files map[string]string) string {
 	return dir
 }
 
-// hutch image build of copy, env and workdir steps on a pinned busybox
-// image: the built image runs with --image and has the files and
-// variables; a second build takes every step from the cache; a changed
-// input reruns its step and those after it; --locked fails (exit 3) on a
-// changed input; a spec that is not valid is exit 2 naming the key.
+// failedBuild builds the spec name (from base, then steps) with --tag
+// tag, which must fail with code and want on stderr, tagging nothing.
+func failedBuild(t *testing.T, o opts, dir, name, steps, base, tag string, code int, want string) {
+	t.Helper()
+	os.WriteFile(filepath.Join(dir, name), []byte("from = \""+base+"\"\n"+steps), 0o644)
+	r := hutch(t, o, "image", "build", "-f", filepath.Join(dir, name), "--tag", tag)
+	mustCode(t, r, code)
+	if !strings.Contains(r.stderr, want) {
+		t.Errorf("%s: stderr lacks %q:\n%s", name, want, r.stderr)
+	}
+	if r := hutch(t, o, "image", "inspect", tag); r.code == 0 {
+		t.Errorf("%s: the failed build tagged %s", name, tag)
+	}
+}
+
+// hutch image build of copy, env, workdir and run steps on a pinned
+// busybox image: the run step is uid 0 with three capabilities and every
+// other protection, its writes and deletions (whiteouts, an opaque
+// directory) are its layer; the built image runs with --image and has the
+// files and variables; a second build takes every step from the cache; a
+// changed input reruns its step and those after it; --locked fails (exit
+// 3) on a changed input; a spec that is not valid is exit 2 naming the
+// key, a failing step exit 1; neither tags anything or leaves work
+// directories.
 func TestImageBuild(t *testing.T) {
 	reg := tr.Start(t)
 	_, byDigest := reg.Push(t, "hutch-test/build-base:v1", tr.Image(t, v1.Config{Env: []string{"PATH=/bin"}}, tr.Busybox(t)))
@@ -121,27 +140,13 @@ cat /usr/share/made/file /etc/app/fresh/y; ls /opt/app/sub; [ -e /bin/wc ] && ec
 			t.Errorf("the tag after the rebuild: %q %s", r.stdout, r.stderr)
 		}
 
-		os.WriteFile(filepath.Join(dir, "bad.toml"), []byte("from = \""+byDigest+"\"\n[[step]]\ncopy = \"../etc/passwd\"\nto = \"/x\"\n"), 0o644)
-		r = hutch(t, o, "image", "build", "-f", filepath.Join(dir, "bad.toml"), "--tag", tag+"-bad")
-		mustCode(t, r, 2)
-		if !strings.Contains(r.stderr, "bad.toml: step[1].copy: \"../etc/passwd\": want a path inside the build context") {
-			t.Errorf("bad spec:\n%s", r.stderr)
-		}
-		if r := hutch(t, o, "image", "inspect", tag+"-bad"); r.code == 0 {
-			t.Error("a refused spec tagged an image")
-		}
-
-		// A failing run step: exit 1 with the command's status, nothing
-		// tagged, no work directory left in the store or in TMPDIR.
-		os.WriteFile(filepath.Join(dir, "fail.toml"), []byte("from = \""+byDigest+"\"\n[[step]]\nrun = \"echo partial > /partial; exit 3\"\n"), 0o644)
-		r = hutch(t, o, "image", "build", "-f", filepath.Join(dir, "fail.toml"), "--tag", tag+"-fail")
-		mustCode(t, r, 1)
-		if !strings.Contains(r.stderr, "step 1/1 (run echo partial > /partial; exit 3): the command exited with status 3 (nothing tagged)") {
-			t.Errorf("failing step:\n%s", r.stderr)
-		}
-		if r := hutch(t, o, "image", "inspect", tag+"-fail"); r.code == 0 {
-			t.Error("a failed build tagged an image")
-		}
+		// A refused spec (exit 2) and a failing run step (exit 1, the
+		// command's status): nothing tagged, no work directory left in the
+		// store or in TMPDIR.
+		failedBuild(t, o, dir, "bad.toml", "[[step]]\ncopy = \"../etc/passwd\"\nto = \"/x\"\n", byDigest, tag+"-bad", 2,
+			"bad.toml: step[1].copy: \"../etc/passwd\": want a path inside the build context")
+		failedBuild(t, o, dir, "fail.toml", "[[step]]\nrun = \"echo partial > /partial; exit 3\"\n", byDigest, tag+"-fail", 1,
+			"step 1/1 (run echo partial > /partial; exit 3): the command exited with status 3 (nothing tagged)")
 		state := stateDir
 		if o.root {
 			state = filepath.Join(stateDir, "root")
