@@ -124,7 +124,7 @@ const validKeys = "valid: from, context, [network] allow, [[step]] with one of r
 func Load(file string) (*Spec, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("image build spec: %w", err)
+		return nil, fmt.Errorf("read the spec: %w", err)
 	}
 	return Parse(data, file)
 }

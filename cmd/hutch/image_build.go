@@ -18,12 +18,12 @@ func imageBuildCommand(fail func(error) error) *cli.Command {
 		Name:  "build",
 		Usage: "build an image into hutch's store from a TOML spec (from, then run/copy/env/workdir steps, each cached); writes SPEC.lock (docs/IMAGES.md, Building images)",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Usage: "the build spec `FILE` (TOML)", Required: true},
+			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Usage: "the build spec `FILE` (TOML)"},
 			&cli.StringFlag{Name: "tag", Usage: "name the built image `NAME` (a reference: local/tools:1)"},
 			&cli.BoolFlag{Name: "locked", Usage: "fail (exit 3) when the build differs from FILE.lock; the lock file is not rewritten, nothing is tagged"},
 		},
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 0 {
+			if c.NArg() != 0 || c.String("file") == "" {
 				return &exitError{imageExitUsage, "hutch: usage: hutch image build -f FILE [--tag NAME] [--locked]"}
 			}
 			spec, err := imagebuild.Load(c.String("file"))
