@@ -108,6 +108,12 @@ cat /usr/share/made/file /etc/app/fresh/y; ls /opt/app/sub; [ -e /bin/wc ] && ec
 		if r.stdout != "app-ran\nconf-v1\nAPPMODE=built\nmade\nx\nnew\nls-kept\n" {
 			t.Errorf("run on the built image: %q %s", r.stdout, r.stderr)
 		}
+		// The base image is as it was: the step wrote its overlay's upper
+		// layer, never the store's layers beneath.
+		r = hutch(t, o, "run", "--image", byDigest, "--", "/bin/sh", "-c", `[ -e /bin/wc ] && echo wc-kept; [ -e /usr/share/made ] || echo nothing-made`)
+		if r.stdout != "wc-kept\nnothing-made\n" {
+			t.Errorf("the base image after the build: %q %s", r.stdout, r.stderr)
+		}
 		lock, err := os.ReadFile(spec + ".lock")
 		if err != nil || !strings.Contains(string(lock), `"base": "`+byDigest[strings.Index(byDigest, "@")+1:]) {
 			t.Errorf("lock file (%v):\n%s", err, lock)
