@@ -250,6 +250,10 @@ func applyStep(ctx context.Context, st *images.Store, parent *images.Image, s St
 	}
 	cfg = cfg.DeepCopy()
 	hist := v1.History{CreatedBy: "hutch image build: " + s.Text()}
+	if s.Kind == Run {
+		// What the layer cannot carry, where an image's readers look.
+		hist.Comment = "rootless build step: every file is owned by 0:0; chown to other ids had no effect"
+	}
 	var img v1.Image
 	switch s.Kind {
 	case Env:
