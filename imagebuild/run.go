@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/hutchsandbox/hutch"
@@ -169,15 +168,13 @@ func stepPolicy(parent *images.Image, ws string, allow []string, specFile string
 		}
 	}
 	delete(p.Environment.Set, "HOME") // the sandbox's: the image's /root
+	// The spec's allowlist alone: not the registries of the host's tools.
+	p.Network.DiscoverRegistries = false
 	p.Network.Allow = nil
 	for _, a := range allow {
-		host, port := a, 443
-		if h, ps, ok := strings.Cut(a, ":"); ok {
-			n, err := strconv.Atoi(ps)
-			if err != nil || n < 1 || n > 65535 {
-				return nil, fmt.Errorf("network.allow %q: want HOST or HOST:PORT", a)
-			}
-			host, port = h, n
+		host, port, err := hostPort(a)
+		if err != nil {
+			return nil, fmt.Errorf("network.allow: %w", err)
 		}
 		p.Network.Allow = append(p.Network.Allow, policy.AllowEntry{Host: host, Ports: []int{port}, Reason: "image build " + specFile})
 	}

@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
@@ -189,8 +190,8 @@ func Parse(data []byte, file string) (*Spec, error) {
 	}
 	if raw.Network != nil {
 		for i, a := range raw.Network.Allow {
-			if a == "" || strings.ContainsAny(a, "/ *") {
-				bad(fmt.Sprintf("network.allow[%d]", i), "%q: want HOST or HOST:PORT", a)
+			if _, _, err := hostPort(a); err != nil {
+				bad(fmt.Sprintf("network.allow[%d]", i), "%v", err)
 			}
 		}
 		s.Allow = raw.Network.Allow
@@ -283,4 +284,20 @@ func inContext(ctx, rel string) error {
 		return fmt.Errorf("outside the build context %s (through a symlink): copy only what is inside it", ctx)
 	}
 	return nil
+}
+
+// hostPort splits an allow entry: HOST (port 443) or HOST:PORT.
+func hostPort(a string) (string, int, error) {
+	host, port := a, 443
+	if h, ps, ok := strings.Cut(a, ":"); ok {
+		n, err := strconv.Atoi(ps)
+		if err != nil || n < 1 || n > 65535 {
+			return "", 0, fmt.Errorf("%q: want HOST or HOST:PORT (a port 1-65535)", a)
+		}
+		host, port = h, n
+	}
+	if host == "" || strings.ContainsAny(host, "/ *:") {
+		return "", 0, fmt.Errorf("%q: want HOST or HOST:PORT", a)
+	}
+	return host, port, nil
 }

@@ -93,6 +93,11 @@ workdir = "/"`, "from: rootfs:nowhere is not a directory"},
 		{`from = "x"
 [[step]]
 run = 3`, "step.run"},
+		{`from = "x"
+[network]
+allow = ["deb.debian.org:http"]
+[[step]]
+run = "true"`, `network.allow[0]: "deb.debian.org:http": want HOST or HOST:PORT (a port 1-65535)`},
 	} {
 		_, err := Parse([]byte(c.text), filepath.Join(dir, "b.toml"))
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), filepath.Join(dir, "b.toml")) {

@@ -153,6 +153,10 @@ cat /usr/share/made/file /etc/app/fresh/y; ls /opt/app/sub; [ -e /bin/wc ] && ec
 			"bad.toml: step[1].copy: \"../etc/passwd\": want a path inside the build context")
 		failedBuild(t, o, dir, "fail.toml", "[[step]]\nrun = \"echo partial > /partial; exit 3\"\n", byDigest, tag+"-fail", 1,
 			"step 1/1 (run echo partial > /partial; exit 3): the command exited with status 3 (nothing tagged)")
+		// The network: only the spec's allowlist (none here), through the
+		// egress proxy, the denial named.
+		failedBuild(t, o, dir, "net.toml", "[[step]]\nrun = \"wget -q -O /dev/null http://registry.npmjs.org/\"\n", byDigest, tag+"-net", 1,
+			"network blocked by policy: destination registry.npmjs.org:80 not allowlisted")
 		state := stateDir
 		if o.root {
 			state = filepath.Join(stateDir, "root")
