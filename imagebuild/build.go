@@ -91,28 +91,11 @@ func Build(ctx context.Context, st *images.Store, spec *Spec, o Options) (*Resul
 		}
 	}
 
-	// The base.
-	var cur *images.Image
-	if spec.RootFS != "" {
-		img, err := rootfsBase(ctx, st, spec.RootFS)
-		if err != nil {
-			return nil, fmt.Errorf("from rootfs:%s: %w", spec.RootFS, err)
-		}
-		cur = img
-		lock.From = "rootfs:" + spec.RootFS
-		say("from rootfs:%s: %s", spec.RootFS, img.Digest)
-	} else {
-		img, err := st.Lookup(spec.From)
-		var nf *images.NotFoundError
-		if errors.As(err, &nf) && o.Pull != nil {
-			img, err = o.Pull(ctx, spec.From)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("from %s: %w", spec.From, err)
-		}
-		cur = img
-		say("from %s: %s", spec.From, img.Digest)
+	cur, err := resolveBase(ctx, st, spec, o, lock)
+	if err != nil {
+		return nil, err
 	}
+	say("from %s: %s", lock.From, cur.Digest)
 	lock.Base = cur.Digest.String()
 	res := &Result{LockPath: LockPath(spec.File)}
 
@@ -137,20 +120,14 @@ func Build(ctx context.Context, st *images.Store, spec *Spec, o Options) (*Resul
 			inputs = "allow " + strings.Join(spec.Allow, ",")
 		}
 		key := cacheKey(cur.Digest.String(), s, inputs)
-		if d, err := cacheGet(st, key); err != nil {
+		if img, err := cached(st, key); err != nil {
 			return nil, err
-		} else if d != "" {
-			if h, err := v1.NewHash(d); err == nil {
-				if img, err := st.Get(h); err == nil {
-					if _, err := st.V1Image(img); err == nil {
-						say("%s: cached: %s", n, s.Short())
-						cur = img
-						res.Cached = append(res.Cached, true)
-						lock.Steps = append(lock.Steps, lockStep(s, key, img))
-						continue
-					}
-				}
-			}
+		} else if img != nil {
+			say("%s: cached: %s", n, s.Short())
+			cur = img
+			res.Cached = append(res.Cached, true)
+			lock.Steps = append(lock.Steps, lockStep(s, key, img))
+			continue
 		}
 		say("%s: %s", n, s.Short())
 		if s.Kind == Run {
@@ -206,6 +183,50 @@ func Build(ctx context.Context, st *images.Store, spec *Spec, o Options) (*Resul
 	res.Image = rep.Image
 	res.Lock = lock
 	return res, nil
+}
+
+// resolveBase is the spec's base image: a rootfs directory stored as a
+// one-layer image, or an image of the store (pulled by o.Pull when
+// missing); lock.From says which.
+func resolveBase(ctx context.Context, st *images.Store, spec *Spec, o Options, lock *Lock) (*images.Image, error) {
+	if spec.RootFS != "" {
+		lock.From = "rootfs:" + spec.RootFS
+		img, err := rootfsBase(ctx, st, spec.RootFS)
+		if err != nil {
+			return nil, fmt.Errorf("from rootfs:%s: %w", spec.RootFS, err)
+		}
+		return img, nil
+	}
+	img, err := st.Lookup(spec.From)
+	var nf *images.NotFoundError
+	if errors.As(err, &nf) && o.Pull != nil {
+		img, err = o.Pull(ctx, spec.From)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("from %s: %w", spec.From, err)
+	}
+	return img, nil
+}
+
+// cached is the image the cache has for key, if the store still has it
+// whole (nil: a miss).
+func cached(st *images.Store, key string) (*images.Image, error) {
+	d, err := cacheGet(st, key)
+	if err != nil || d == "" {
+		return nil, err
+	}
+	h, err := v1.NewHash(d)
+	if err != nil {
+		return nil, nil
+	}
+	img, err := st.Get(h)
+	if err != nil {
+		return nil, nil // pruned
+	}
+	if _, err := st.V1Image(img); err != nil {
+		return nil, nil // a blob pruned
+	}
+	return img, nil
 }
 
 // cacheKey is sha256 over the parent image's manifest digest, the step's
