@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hutchsandbox/hutch/mounts"
 	"github.com/hutchsandbox/hutch/nsjail"
 	"github.com/hutchsandbox/hutch/plan"
 	"github.com/hutchsandbox/hutch/policy"
@@ -60,6 +61,11 @@ type SessionOptions struct {
 	// same workspace; "" makes a new one-off id. SessionName is recorded
 	// in it (apply then says which session to stop).
 	ChangeSet, SessionName string
+	// Build, when set, makes the sandbox an image build step's (package
+	// imagebuild): its root is Build.Root overlaid with the writable
+	// Build.Upper (mounts.Spec.Build). Not a policy key: only hutch image
+	// build sets it.
+	Build *mounts.BuildRoot
 
 	// one is the command of a one-off sandbox (Run): the plan is made for
 	// it alone (its limits are its own, not a session's shared ones).
@@ -162,6 +168,8 @@ type RunOptions struct {
 	Logger      *slog.Logger
 	// Prestarted: see SessionOptions.
 	Prestarted *nsjail.Prestarted
+	// Build: see SessionOptions.
+	Build *mounts.BuildRoot
 }
 
 // apiPolicy is p (nil: policy.Default()) with the Go API's defaults: the
@@ -208,7 +216,7 @@ func Run(ctx context.Context, o *RunOptions) (*Result, error) {
 	sess, err := NewSession(ctx, &SessionOptions{
 		Policy: o.Policy, HostEnv: o.HostEnv, Executable: o.Executable,
 		SecurityLog: o.SecurityLog, Diagnostics: o.Stderr, Timing: o.Timing, Logger: o.Logger,
-		Prestarted: o.Prestarted, one: &plan.Request{Argv: o.Argv, Cwd: o.Cwd, HostCwd: o.HostCwd, ExtraEnv: o.ExtraEnv},
+		Prestarted: o.Prestarted, Build: o.Build, one: &plan.Request{Argv: o.Argv, Cwd: o.Cwd, HostCwd: o.HostCwd, ExtraEnv: o.ExtraEnv},
 		oneStdio: []*os.File{o.Stdin, o.Stdout, o.Stderr},
 	})
 	if err != nil {

@@ -158,6 +158,7 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 	if err != nil {
 		return nil, err
 	}
+	host.Build = o.Build
 	var rv *reviewing
 	if p.Filesystem.Review {
 		if rv, err = openReview(p, host, o.ChangeSet, o.SessionName); err != nil {
@@ -294,7 +295,7 @@ func (s *Session) start(ctx context.Context, t0 time.Time) error {
 	var err error
 	if s.filter, err = seccompprofiles.Load(ctx, seccompprofiles.LoadOptions{
 		Profile: sb.Seccomp.Profile, Notify: true, WatchNetwork: sb.Seccomp.WatchNetwork, Strict: sb.Seccomp.Strict,
-		Ptrace: sb.Seccomp.Ptrace, HostNetwork: sb.Isolation == policy.IsolationLandlock, Store: s.st, Logger: o.Logger,
+		Ptrace: sb.Seccomp.Ptrace, FakeChown: sb.Seccomp.FakeChown, HostNetwork: sb.Isolation == policy.IsolationLandlock, Store: s.st, Logger: o.Logger,
 	}); err != nil {
 		return err
 	}

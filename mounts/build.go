@@ -40,6 +40,82 @@ type Spec struct {
 	// in: the workspace is then the lower layer of an overlay mounted at
 	// WorkspaceMount instead of a read-write bind (package review).
 	Review *Layer
+	// Build, when set, is the root of an image build's run step (hutch
+	// image build; never from a policy): Tooling is ignored, and every
+	// top-level directory of Build.Root except those hutch provides
+	// (buildSkip) is the lower layer of an overlay whose writable layer
+	// is Build.Upper/NAME and Build.Work/NAME (which the caller makes), so
+	// that the step's writes anywhere in the image land in Build.Upper,
+	// which becomes the step's layer. The image's /etc, /var, /home and
+	// /root are overlays like the rest: no mask, no synthesized files, no
+	// HOME tmpfs (HOME is the image's /root).
+	Build *BuildRoot
+}
+
+// BuildRoot is an image build step's root: the parent image's flattened
+// tree (Root, read-only) and the writable layer its writes go to, one
+// upper and work directory per top-level directory (host paths; Upper and
+// Work on one file system).
+type BuildRoot struct {
+	Root  string `json:"root"`
+	Upper string `json:"upper"`
+	Work  string `json:"work"`
+}
+
+// buildSkip are the top-level names of an image hutch provides itself in
+// a build step's root (its own /proc, /dev, /sys, scratch /tmp and /run,
+// and the workspace): not overlaid, not captured.
+var buildSkip = map[string]bool{
+	"proc": true, "dev": true, "sys": true, "tmp": true, "run": true,
+	"workspace": true, "lost+found": true,
+}
+
+// BuildDirs are the top-level directories of root a build step's overlay
+// covers: the caller makes Upper/NAME and Work/NAME for each.
+func BuildDirs(root string) ([]string, error) {
+	names, err := OS.ReadDirNames(root)
+	if err != nil {
+		return nil, fmt.Errorf("build root %s: %w", root, err)
+	}
+	sort.Strings(names)
+	var dirs []string
+	for _, n := range names {
+		if buildSkip[n] {
+			continue
+		}
+		if fi, err := OS.Lstat(filepath.Join(root, n)); err == nil && fi.IsDir() {
+			dirs = append(dirs, n)
+		}
+	}
+	return dirs, nil
+}
+
+// addBuildRoot plans a build step's root (Spec.Build).
+func addBuildRoot(fsys HostFS, p *Plan, b *BuildRoot) error {
+	names, err := fsys.ReadDirNames(b.Root)
+	if err != nil {
+		return fmt.Errorf("build root %s: %w", b.Root, err)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if buildSkip[n] {
+			continue
+		}
+		src := filepath.Join(b.Root, n)
+		fi, err := fsys.Lstat(src)
+		if err != nil {
+			return fmt.Errorf("build root %s: %w", src, err)
+		}
+		if !fi.IsDir() {
+			if err := addHostEntry(fsys, p, src, "/"+n, "build root"); err != nil {
+				return err
+			}
+			continue
+		}
+		p.Add(Step{Kind: Overlay, Lower: []string{src}, Upper: filepath.Join(b.Upper, n), Work: filepath.Join(b.Work, n),
+			Target: "/" + n, Why: "image build: the image's /" + n + " (its writes go to the step's layer)"})
+	}
+	return nil
 }
 
 // Layer is an overlay's writable layer: its upper and work directories
@@ -81,6 +157,10 @@ func Build(s *Spec) (*Plan, error) {
 	p := &Plan{RootSize: 4 << 20}
 	etcSrc := "/etc"
 	switch {
+	case s.Build != nil:
+		if err := addBuildRoot(fsys, p, s.Build); err != nil {
+			return nil, err
+		}
 	case s.Tooling == "host" || s.Tooling == "":
 		for _, d := range HostToolingDirs {
 			if err := addHostEntry(fsys, p, d, d, "tooling"); err != nil {
@@ -113,8 +193,10 @@ func Build(s *Spec) (*Plan, error) {
 	default:
 		return nil, fmt.Errorf("tooling %q: want \"host\" or \"rootfs:DIR\"", s.Tooling)
 	}
-	if err := addEtcTree(fsys, p, etcSrc); err != nil {
-		return nil, err
+	if s.Build == nil {
+		if err := addEtcTree(fsys, p, etcSrc); err != nil {
+			return nil, err
+		}
 	}
 	// /proc: the sandbox's own, with the entries that reveal or control the
 	// host kernel masked or read-only.
@@ -151,15 +233,16 @@ func Build(s *Spec) (*Plan, error) {
 	// not readable: a visible file that Landlock alone keeps closed.
 	p.Add(Step{Kind: File, Target: "/.hutchenv", Mode: 0o444, Data: "hutch\n"})
 	p.Add(Step{Kind: Tmpfs, Target: "/tmp", Mode: 0o1777, Size: s.TmpSize, Why: "scratch /tmp"})
-	p.Add(Step{Kind: Symlink, Target: "/var/tmp", Data: "/tmp"})
 	p.Add(Step{Kind: Mkdir, Target: "/run", Mode: 0o755})
-	p.Add(Step{Kind: Tmpfs, Target: s.Home, Mode: 0o755, Size: s.HomeSize, Why: "sandbox HOME"})
-
-	// The mask and the synthesized files, once the mounts a symlink in
-	// /etc may lead into are planned; the workspace and extra binds come
-	// after, so that they can tell nothing of /etc's resolution.
-	if err := addEtcFiles(fsys, p, s); err != nil {
-		return nil, err
+	if s.Build == nil {
+		p.Add(Step{Kind: Symlink, Target: "/var/tmp", Data: "/tmp"})
+		p.Add(Step{Kind: Tmpfs, Target: s.Home, Mode: 0o755, Size: s.HomeSize, Why: "sandbox HOME"})
+		// The mask and the synthesized files, once the mounts a symlink in
+		// /etc may lead into are planned; the workspace and extra binds come
+		// after, so that they can tell nothing of /etc's resolution.
+		if err := addEtcFiles(fsys, p, s); err != nil {
+			return nil, err
+		}
 	}
 	if err := checkWorkspaceMount(fsys, p, s.WorkspaceMount); err != nil {
 		return nil, err

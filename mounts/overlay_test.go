@@ -3,6 +3,7 @@ package mounts
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -61,5 +62,51 @@ func TestBuildReviewOverlay(t *testing.T) {
 	}
 	if p.Stage == "/tmp" {
 		t.Error("the root is staged on /tmp, the overlay's lower layer")
+	}
+}
+
+// An image build step's root: each top-level directory of the image but
+// hutch's own is an overlay with the step's upper and work directories;
+// symlinks are recreated; /etc is the image's (no mask, no synthesized
+// files) and there is no HOME tmpfs, whose mount points would land in the
+// step's layer.
+func TestBuildImageBuildRoot(t *testing.T) {
+	root, ws, layer := t.TempDir(), t.TempDir(), t.TempDir()
+	for _, d := range []string{"usr", "etc", "var", "proc", "tmp", "root"} {
+		os.Mkdir(filepath.Join(root, d), 0o755)
+	}
+	os.WriteFile(filepath.Join(root, "etc", "passwd"), []byte("root:x:0:0::/root:/bin/sh\n"), 0o644)
+	os.Symlink("usr/bin", filepath.Join(root, "bin"))
+	b := &BuildRoot{Root: root, Upper: filepath.Join(layer, "upper"), Work: filepath.Join(layer, "work")}
+	p, err := Build(&Spec{Tooling: "host", Workspace: ws, WorkspaceMount: "/workspace", Home: "/root",
+		TmpSize: 1 << 20, HomeSize: 1 << 20, ShmSize: 1 << 20, UID: 0, GID: 0, User: "root", Hostname: "hutch", Build: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs, err := BuildDirs(root)
+	if err != nil || len(dirs) != 4 {
+		t.Fatalf("BuildDirs: %v %v", dirs, err)
+	}
+	for _, d := range dirs {
+		found := false
+		for _, s := range p.Steps {
+			if s.Kind == Overlay && s.Target == "/"+d {
+				found = s.Lower[0] == filepath.Join(root, d) && s.Upper == filepath.Join(b.Upper, d) && s.Work == filepath.Join(b.Work, d)
+			}
+		}
+		if !found {
+			t.Errorf("no overlay of /%s: %+v", d, p.Steps)
+		}
+	}
+	if s := find(p, Symlink, "/bin"); s == nil || s.Data != "usr/bin" {
+		t.Errorf("/bin: %+v", s)
+	}
+	for _, s := range p.Steps {
+		switch {
+		case s.Kind == Overlay && (s.Target == "/proc" || s.Target == "/tmp"):
+			t.Errorf("hutch's own %s is overlaid", s.Target)
+		case s.Target == "/root" && s.Kind == Tmpfs, strings.HasPrefix(s.Target, "/etc/") || strings.HasPrefix(s.Target, "/var/"):
+			t.Errorf("a step beneath the image's overlaid trees: %+v", s)
+		}
 	}
 }

@@ -101,9 +101,16 @@ static int step_signals(struct hutch_harden *h, const char **what) {
 	return sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
+// step_caps drops every capability but h->keep_caps: from the bounding
+// set, the ambient set and the process's own sets. A kept capability stays
+// permitted and effective: the command, uid 0 in its user namespace (an
+// image build's run step), gets the bounding set's at execve, which
+// no_new_privs caps at what it had (permitted) before.
 static int step_caps(struct hutch_harden *h, const char **what) {
 	*what = "drop capability bounding set";
 	for (int c = 0; c < 64; c++) {
+		if ((h->keep_caps >> c) & 1)
+			continue;
 		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL) {
 			// Without a user namespace an unprivileged process may not
 			// (EPERM: no CAP_SETPCAP); it has no capability to lose, and
@@ -119,6 +126,8 @@ static int step_caps(struct hutch_harden *h, const char **what) {
 	struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
 	struct __user_cap_data_struct data[2];
 	memset(data, 0, sizeof data);
+	data[0].permitted = data[0].effective = (uint32_t)h->keep_caps;
+	data[1].permitted = data[1].effective = (uint32_t)(h->keep_caps >> 32);
 	*what = "clear capabilities";
 	return (int)syscall(SYS_capset, &hdr, data);
 }

@@ -71,7 +71,16 @@ enum {
 	HUTCH_SETUP_SECCOMP = 1, // a BPF memfd accompanies the setup
 	HUTCH_SETUP_PROXY = 2,   // make the egress proxy's sockets
 	HUTCH_SETUP_TIMING = 4,  // report per-stage timings with READY
+	// An image build's run step (plan.Identity.BuildCaps): the commands
+	// keep HUTCH_BUILD_CAPS in their user namespace, where they are uid 0.
+	HUTCH_SETUP_BUILD = 8,
 };
+
+// The capabilities an image build's run step keeps (in its own user
+// namespace, which maps uid 0 to the invoking user and nothing else):
+// CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, what apt and dpkg need of root
+// on files. (1 << 0, 1 << 1, 1 << 3.)
+#define HUTCH_BUILD_CAPS ((1ULL << 0) | (1ULL << 1) | (1ULL << 3))
 
 // Spawn flags.
 enum {
@@ -279,6 +288,9 @@ struct hutch_harden {
 	// unprivileged process has no CAP_SETPCAP to empty its bounding set
 	// (no_new_privs keeps it from gaining anything through execve).
 	int no_namespaces;
+	// keep_caps: the capabilities kept (bit N: capability N), 0 but in an
+	// image build's run step (HUTCH_BUILD_CAPS).
+	unsigned long long keep_caps;
 	const struct hutch_rlimits *rlimits;
 	int err;          // errno of the failed step
 	const char *what; // the failed step, in words

@@ -296,6 +296,12 @@ static int no_ns;
 static pid_t spawner_pid = -1;
 static int spawner_fd = -1;
 
+// keep_caps is the capability set commands keep: HUTCH_BUILD_CAPS in an
+// image build's run step, else none.
+static unsigned long long keep_caps(void) {
+	return (in.setup.flags & HUTCH_SETUP_BUILD) ? HUTCH_BUILD_CAPS : 0;
+}
+
 // write_maps gives the calling process's new user namespace its one-line
 // maps. Returns 0, or -1 with errno set and *what naming the step.
 static int write_maps(int uid, int gid, const char **what) {
@@ -424,7 +430,7 @@ __attribute__((noreturn)) static void child(int uid, int gid, const int src[HUTC
 			hutch_fail(125, errno, what);
 	}
 	close_from_fd(HUTCH_SLOT_END);
-	struct hutch_harden h = {.notify = notify, .no_namespaces = no_ns, .rlimits = &in.setup.rlimits};
+	struct hutch_harden h = {.notify = notify, .no_namespaces = no_ns, .keep_caps = keep_caps(), .rlimits = &in.setup.rlimits};
 	if (hutch_harden(&h, 0, HUTCH_HARDEN_STEPS) < 0)
 		hutch_fail(125, h.err, h.what);
 	hutch_start_command(cwd, argv, 0, terminal);
@@ -687,7 +693,7 @@ __attribute__((noinline)) static void pretouch(unsigned char *buf) {
 __attribute__((noreturn)) static void ready_main(unsigned char *buf) {
 	prctl(PR_SET_NAME, HUTCH_NAME_REAPER, 0, 0, 0);
 	pretouch(buf); // before the rlimits, which may be small
-	struct hutch_harden h = {.rlimits = &in.setup.rlimits};
+	struct hutch_harden h = {.keep_caps = keep_caps(), .rlimits = &in.setup.rlimits};
 	int failed = hutch_harden(&h, HUTCH_HARDEN_SHARED, HUTCH_HARDEN_STEPS) < 0;
 	int fds[8], nfds;
 	ssize_t n;
@@ -762,7 +768,7 @@ __attribute__((noreturn)) static void spawner_main(unsigned char *buf) {
 			const char *cwd;
 			char **argv;
 			take_payload(&cwd, &argv);
-			struct hutch_harden h = {.rlimits = &in.setup.rlimits};
+			struct hutch_harden h = {.keep_caps = keep_caps(), .rlimits = &in.setup.rlimits};
 			if (hutch_harden(&h, HUTCH_HARDEN_SHARED, HUTCH_HARDEN_STEPS) < 0)
 				hutch_fail(125, h.err, h.what);
 			hutch_start_command(cwd, argv, 1, (hutch_spawn_flags(buf, (size_t)n) & HUTCH_SPAWN_TERMINAL) != 0);
@@ -820,7 +826,7 @@ static int start_spawner(int notify, const int *fds, int nfds, char *err, size_t
 		// Not in a command's way: the spawner is no command's parent.
 		if (chdir("/") < 0)
 			hutch_fail(125, errno, "spawner: change to /");
-		struct hutch_harden h = {.notify = notify, .rlimits = &in.setup.rlimits};
+		struct hutch_harden h = {.notify = notify, .keep_caps = keep_caps(), .rlimits = &in.setup.rlimits};
 		if (hutch_harden(&h, 0, HUTCH_HARDEN_SHARED) < 0) {
 			char what[256];
 			snprintf(what, sizeof what, "spawner: %s", h.what);

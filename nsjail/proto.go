@@ -70,6 +70,7 @@ const (
 	setupSeccomp    = uint32(C.HUTCH_SETUP_SECCOMP)
 	setupProxy      = uint32(C.HUTCH_SETUP_PROXY)
 	setupTiming     = uint32(C.HUTCH_SETUP_TIMING)
+	setupBuild      = uint32(C.HUTCH_SETUP_BUILD)
 	spawnNotify     = uint32(C.HUTCH_SPAWN_NOTIFY)
 	spawnViaSpawner = uint32(C.HUTCH_SPAWN_VIA_SPAWNER) // the session's spawner starts the command
 	spawnTerminal   = uint32(C.HUTCH_SPAWN_TERMINAL)    // the command leads a session on its terminal
@@ -278,6 +279,9 @@ func encodeSetup(e *enc, s *Setup) {
 	}
 	if s.Timing {
 		fl |= setupTiming
+	}
+	if sb.Identity.BuildCaps {
+		fl |= setupBuild
 	}
 	e.u32(fl)
 	e.str("hostname", sb.Identity.Hostname)

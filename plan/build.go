@@ -59,6 +59,9 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 			SessionMax:  p.Lifecycle.SessionMax,
 		},
 	}
+	if h.Build != nil {
+		sb.Identity = Identity{UID: 0, GID: 0, User: "root", Home: "/root", Hostname: sb.Identity.Hostname, BuildCaps: true}
+	}
 	// First: the isolation decides what of the rest applies.
 	iso, w, err := decideIsolation(p.Sandbox.Isolation, strict, h.Isolation.UsernsProblem)
 	if err != nil {
@@ -103,6 +106,7 @@ func Build(p *policy.Policy, h *Host, req *Request) (*Sandbox, error) {
 	}
 	sb.Landlock = buildLandlock(p, h, sb)
 	sb.Seccomp = buildSeccomp(p, h)
+	sb.Seccomp.FakeChown = h.Build != nil
 	if sb.Resources, err = buildResources(p, h, strict, req == nil); err != nil {
 		return nil, err
 	}
@@ -157,6 +161,7 @@ func buildMounts(p *policy.Policy, h *Host, sb *Sandbox) (*mounts.Plan, error) {
 		Hostname:       sb.Identity.Hostname,
 		FS:             h.FS,
 		Review:         h.Review,
+		Build:          h.Build,
 	}
 	if p.Filesystem.Review && spec.Review == nil {
 		// The change set is made when the sandbox is (package review);
@@ -237,6 +242,9 @@ func buildLandlock(p *policy.Policy, h *Host, sb *Sandbox) Landlock {
 		}
 	}
 	for _, s := range sb.Mounts.Steps {
+		if s.Kind == mounts.Overlay && h.Build != nil && s.Target != sb.Workspace.Mount {
+			r.ReadWrite = append(r.ReadWrite, s.Target) // an image build step writes its image
+		}
 		if s.Kind == mounts.Bind && s.ReadOnly && s.Target != "/etc" && !strings.HasPrefix(s.Target, "/etc/") {
 			r.ReadExec = append(r.ReadExec, s.Target)
 		}

@@ -66,6 +66,11 @@ type Host struct {
 	// Review is the change set's writable layer when filesystem.review
 	// is on (package review makes it; Gather does not).
 	Review *mounts.Layer
+	// Build is the root of an image build's run step (hutch image build
+	// sets it; Gather does not, and no policy key does): the parent
+	// image's tree overlaid with the step's writable layer
+	// (mounts.Spec.Build). HOME is then the image's /root.
+	Build *mounts.BuildRoot
 	// Image is the stored image of tooling "image:REF" (nil otherwise).
 	Image *ImageFacts
 }

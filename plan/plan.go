@@ -170,6 +170,13 @@ type Identity struct {
 	User     string `json:"user"`
 	Home     string `json:"home"`
 	Hostname string `json:"hostname"`
+	// BuildCaps: an image build's run step (Host.Build): the command is
+	// uid 0 in its own user namespace (which maps only 0, to the invoking
+	// user) and keeps CAP_CHOWN, CAP_DAC_OVERRIDE and CAP_FOWNER there
+	// (nsjail's HUTCH_BUILD_CAPS): root's power over files apt and dpkg
+	// need, over the files of the step's own overlay. Every other
+	// protection holds (no_new_privs, seccomp, Landlock, the network).
+	BuildCaps bool `json:"build_caps,omitempty"`
 }
 
 // Landlock is the Landlock ruleset, as the sandbox sees its paths.
@@ -202,6 +209,9 @@ type Seccomp struct {
 	Strict bool `json:"strict,omitempty"`
 	// Ptrace allows ptrace and process_vm_* (policy seccomp.ptrace).
 	Ptrace bool `json:"ptrace,omitempty"`
+	// FakeChown: the chown calls succeed without effect
+	// (seccompprofiles.FakeChown), in an image build's run step only.
+	FakeChown bool `json:"fake_chown,omitempty"`
 }
 
 // Resources are the sandbox's limits and how this host enforces them.

@@ -34,6 +34,9 @@ type LoadOptions struct {
 	Strict bool
 	// Ptrace allows the tracing calls (AllowPtrace).
 	Ptrace bool
+	// FakeChown makes the chown calls succeed without effect (FakeChown:
+	// an image build's run step).
+	FakeChown bool
 	// HostNetwork restricts socket(2) for a sandbox on the host's network
 	// (HostNetwork: the landlock isolation).
 	HostNetwork bool
@@ -109,6 +112,9 @@ func Load(ctx context.Context, o LoadOptions) (*Filter, error) {
 	if o.HostNetwork {
 		prof = HostNetwork(prof)
 	}
+	if o.FakeChown {
+		prof = FakeChown(prof)
+	}
 	f, err := Compile(prof, Options{Notify: o.Notify, Strict: o.Strict})
 	if err != nil {
 		return nil, fmt.Errorf("seccomp profile %s: %w", name, err)
@@ -143,7 +149,7 @@ func entryKey(raw []byte, o LoadOptions) string {
 	h.Write([]byte(entryFormat))
 	fmt.Fprintf(h, "%d:", len(raw))
 	h.Write(raw)
-	fmt.Fprintf(h, "\x00notify=%v watch=%v strict=%v ptrace=%v\x00", o.Notify, o.WatchNetwork, o.Strict, o.Ptrace)
+	fmt.Fprintf(h, "\x00notify=%v watch=%v strict=%v ptrace=%v fakechown=%v\x00", o.Notify, o.WatchNetwork, o.Strict, o.Ptrace, o.FakeChown)
 	if o.HostNetwork {
 		h.Write([]byte("hostnet\x00")) // only then: the keys of existing entries stay valid
 	}

@@ -30,18 +30,25 @@ const PtraceHint = "to let debuggers and tracers (gdb, strace) trace the command
 // nested in it, which keeps a session's commands (each in a domain of its
 // own beneath the spawner's) from tracing the spawner or each other.
 func AllowPtrace(p *Profile) *Profile {
+	return withOwnRule(p, Syscall{Names: slices.Clone(PtraceCalls), Action: ActAllow, Comment: PtraceComment})
+}
+
+// withOwnRule returns a copy of p in which rule alone decides rule.Names:
+// they are taken out of every rule of p (a rule left with no name goes)
+// and rule is added.
+func withOwnRule(p *Profile, rule Syscall) *Profile {
 	q := p.Clone()
 	kept := q.Syscalls[:0]
 	for _, r := range q.Syscalls {
-		if slices.Contains(PtraceCalls, r.Name) {
+		if slices.Contains(rule.Names, r.Name) {
 			r.Name = ""
 		}
-		r.Names = slices.DeleteFunc(slices.Clone(r.Names), func(n string) bool { return slices.Contains(PtraceCalls, n) })
+		r.Names = slices.DeleteFunc(slices.Clone(r.Names), func(n string) bool { return slices.Contains(rule.Names, n) })
 		if r.Name == "" && len(r.Names) == 0 {
 			continue
 		}
 		kept = append(kept, r)
 	}
-	q.Syscalls = append(kept, Syscall{Names: slices.Clone(PtraceCalls), Action: ActAllow, Comment: PtraceComment})
+	q.Syscalls = append(kept, rule)
 	return q
 }

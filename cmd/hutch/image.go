@@ -20,10 +20,12 @@ import (
 )
 
 // Exit statuses of hutch image: 0 done, 1 refused or failed (the reason
-// on stderr), 2 usage.
+// on stderr), 2 usage (for build, also a spec that is not valid), 3 a
+// build with --locked that differs from its lock file.
 const (
 	imageExitFailed = 1
 	imageExitUsage  = 2
+	imageExitLocked = 3
 )
 
 func imageCommand() *cli.Command {
@@ -77,6 +79,7 @@ func imageCommand() *cli.Command {
 					return nil
 				}),
 			},
+			imageBuildCommand(fail),
 			{
 				Name:  "ls",
 				Usage: "list the stored images' names",
