@@ -13,7 +13,7 @@ BUILD_TAGS := netgo,osusergo,urfave_cli_no_docs
 LDFLAGS    := -s -w -X main.version=$(VERSION) -linkmode external -extldflags "-static"
 # Debian packages needed to build and test.
 DEB_BUILD  := gcc libc6-dev libseccomp-dev pkg-config
-DEB_TEST   := git make python3 curl bubblewrap hyperfine busybox-static nodejs strace gdb default-jdk-headless runc docker-registry
+DEB_TEST   := git make python3 curl bubblewrap hyperfine busybox-static nodejs strace gdb default-jdk-headless runc docker-registry mmdebstrap
 
 .PHONY: all build deps deps-test demo test test-unit test-e2e test-vm test-mcp vet fmt clean bench bench-caches
 

@@ -2,7 +2,6 @@ package test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -175,22 +174,9 @@ cat /usr/share/made/file /etc/app/fresh/y; ls /opt/app/sub; [ -e /bin/wc ] && ec
 // base, the Debian archive reached through the egress proxy with the
 // spec's allowlist; the package runs from the built image and its version
 // is in the lock file. It downloads from the Debian archive (a minute or
-// two), so it runs when HUTCH_TEST_DEBIAN=1.
+// two), so it runs in CI and when HUTCH_TEST_DEBIAN=1 (debianTar).
 func TestImageBuildAptGet(t *testing.T) {
-	if os.Getenv("HUTCH_TEST_DEBIAN") != "1" {
-		t.Skip("set HUTCH_TEST_DEBIAN=1 to build a Debian image with mmdebstrap and apt-get install from the Debian archive (minutes)")
-	}
-	if !asRoot {
-		t.Skip("mmdebstrap makes a root-owned tree: the suite must run as root")
-	}
-	if _, err := exec.LookPath("mmdebstrap"); err != nil {
-		t.Skip("mmdebstrap is not installed (apt-get install mmdebstrap)")
-	}
-	tarPath := filepath.Join(t.TempDir(), "debian.tar")
-	if out, err := exec.Command("mmdebstrap", "--variant=minbase", "--quiet", "bookworm", tarPath,
-		"deb http://deb.debian.org/debian bookworm main").CombinedOutput(); err != nil { // the sources the allowlist names
-		t.Skipf("mmdebstrap could not make a Debian root (is the Debian archive reachable?): %v\n%s", err, out)
-	}
+	tarPath := debianTar(t)
 	l, err := tarball.LayerFromFile(tarPath)
 	if err != nil {
 		t.Fatal(err)
