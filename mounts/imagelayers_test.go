@@ -57,3 +57,41 @@ func TestEntryLowers(t *testing.T) {
 		t.Errorf("plain: %s", got)
 	}
 }
+
+// With ImageLayers, Build mounts a top-level directory two layers share
+// as a read-only overlay of them (its Source the flattened tree's, for
+// the plan's view) and binds one a single layer holds from the flattened
+// tree; /etc still comes from the flattened tree.
+func TestBuildImageLayers(t *testing.T) {
+	d := t.TempDir()
+	for _, p := range []string{"root/usr/bin", "root/usr/lib", "root/bin", "root/etc", "top/usr/bin", "top/bin", "low/usr/lib"} {
+		if err := os.MkdirAll(filepath.Join(d, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(d, "root/etc/os-release"), []byte("ID=x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Build(&Spec{Tooling: "rootfs:" + filepath.Join(d, "root"), Workspace: t.TempDir(), WorkspaceMount: "/workspace",
+		Home: "/home/u", UID: 1000, GID: 1000, User: "u", Hostname: "h",
+		ImageLayers: []string{filepath.Join(d, "top"), filepath.Join(d, "low")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var usr, bin *Step
+	for i := range p.Steps {
+		switch p.Steps[i].Target {
+		case "/usr":
+			usr = &p.Steps[i]
+		case "/bin":
+			bin = &p.Steps[i]
+		}
+	}
+	if usr == nil || usr.Kind != Overlay || usr.Upper != "" || usr.Source != filepath.Join(d, "root/usr") ||
+		strings.Join(usr.Lower, ":") != filepath.Join(d, "top/usr")+":"+filepath.Join(d, "low/usr") {
+		t.Errorf("/usr: %+v, want a read-only overlay of top/usr and low/usr", usr)
+	}
+	if bin == nil || bin.Kind != Bind || bin.Source != filepath.Join(d, "root/bin") || !bin.ReadOnly {
+		t.Errorf("/bin: %+v, want a read-only bind of the flattened tree's", bin)
+	}
+}
