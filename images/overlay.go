@@ -20,8 +20,8 @@ const overlayOpaque = "user.overlay.opaque"
 // (the order of a mounts.Overlay step's Lower), converting each stored
 // layer on first use (overlayLayer).
 //
-// Not yet used for a sandbox's root: the plan still binds the flattened
-// Root (docs/IMAGES.md, "Overlay-native layers").
+// A sandbox's root uses them with HUTCH_IMAGE_OVERLAY=1 (plan.ImageOverlayEnv,
+// mounts.Spec.ImageLayers); by default it binds the flattened Root.
 func (s *Store) OverlayLayers(img *Image) ([]string, error) {
 	unlock, err := s.lock(false)
 	if err != nil {
