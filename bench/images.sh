@@ -47,7 +47,7 @@ cleanup() {
 trap cleanup EXIT
 
 # The unprivileged user's world.
-mkdir -p "$WORK/bin" "$WORK/ws" "$WORK/home" "$WORK/layout" "$WORK/res"
+mkdir -p "$WORK/bin" "$WORK/ws" "$WORK/ws2" "$WORK/home" "$WORK/layout" "$WORK/res"
 cp "$SRC_BIN" "$WORK/bin/hutch"
 GOBIN=$WORK/gobin go install github.com/google/go-containerregistry/cmd/crane@v0.22.1
 cp "$WORK/gobin/crane" "$WORK/bin/crane"
@@ -56,7 +56,7 @@ ENVV=(HOME="$WORK/home" XDG_CACHE_HOME="$WORK/home/cache" XDG_STATE_HOME="$WORK/
 	XDG_DATA_HOME="$WORK/home/data" XDG_RUNTIME_DIR="$WORK/home/run" PATH=/usr/bin:/bin)
 AS=(env "${ENVV[@]}")
 if [ "$(id -u)" = 0 ]; then
-	chown -R 65534:65534 "$WORK/ws" "$WORK/home" "$WORK/layout" "$WORK/res"
+	chown -R 65534:65534 "$WORK/ws" "$WORK/ws2" "$WORK/home" "$WORK/layout" "$WORK/res"
 	AS=(setpriv --reuid=65534 --regid=65534 --clear-groups env "${ENVV[@]}")
 fi
 HUTCH=$WORK/bin/hutch
@@ -94,9 +94,14 @@ cd "$WORK/ws"
 
 say "run --image vs run, interleaved ($IL_RUNS rounds)"
 # Alternating rounds (bench/interleave.py): the ratio of two ~20 ms commands
-# on a shared machine is steadier than from one hyperfine run of each.
+# on a shared machine is steadier than from one hyperfine run of each. The
+# overlay variant runs in a workspace of its own (ws2): a plan hint is kept
+# per command line and directory, and its plan differs from the flattened
+# one's, so sharing one would make each miss its hint every round.
 "${AS[@]}" python3 "$ROOT/bench/interleave.py" "$IL_RUNS" 10 "$WORK/res/images-interleave.json" \
-	host "$HUTCH run -- true" image "$HUTCH run --image $IMG -- true"
+	host "$HUTCH run -- true" image "$HUTCH run --image $IMG -- true" \
+	image-env "env HUTCH_IMAGE_OVERLAY=0 $HUTCH run --image $IMG -- true" \
+	image-overlay "env -C $WORK/ws2 HUTCH_IMAGE_OVERLAY=1 $HUTCH run --image $IMG -- true"
 say "run --image vs run, and after the root was removed ($RUNS runs)"
 # One --prepare per command (hyperfine pairs them in order): only the
 # third removes the flattened root before each run.
@@ -105,6 +110,11 @@ say "run --image vs run, and after the root was removed ($RUNS runs)"
 	-n host "$HUTCH run -- true" \
 	-n image "$HUTCH run --image $IMG -- true" \
 	-n image-reflatten "$HUTCH run --image $IMG -- true" >&2
+say "the same with HUTCH_IMAGE_OVERLAY=1 ($RUNS runs; the third also removes the layers' overlay form)"
+"${AS[@]}" hyperfine -N --warmup 5 --runs "$RUNS" --export-json "$WORK/res/images-run-overlay.json" \
+	--prepare true --prepare "sh -c 'rm -rf $STORE/roots/sha256/* $STORE/layers/sha256/*/ovl'" \
+	-n image-overlay "env HUTCH_IMAGE_OVERLAY=1 $HUTCH run --image $IMG -- true" \
+	-n image-overlay-rebuild "env HUTCH_IMAGE_OVERLAY=1 $HUTCH run --image $IMG -- true" >&2
 
 say "pull vs crane pull ($PULL_RUNS runs)"
 "${AS[@]}" hyperfine --warmup 1 --runs "$PULL_RUNS" --export-json "$WORK/res/images-pull.json" \
@@ -133,7 +143,7 @@ for i in range(1000):
     os.close(os.open(f"{d}/f{i}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
 print(round((time.time() - t) * 1000))' "$WORK/home/create-test")
 echo "unpacked entries: $FILES; creating 1000 empty files on the store's file system: $CREATE_MS ms" >"$WORK/res/fs.txt"
-cp "$WORK"/res/images-run.json "$WORK"/res/images-pull.json "$WORK"/res/images-interleave.json "$WORK"/res/images-pull-interleave.json "$OUT/"
+cp "$WORK"/res/images-run.json "$WORK"/res/images-run-overlay.json "$WORK"/res/images-pull.json "$WORK"/res/images-interleave.json "$WORK"/res/images-pull-interleave.json "$OUT/"
 python3 - "$OUT" "$SIZE" "$((after - before))" "$WORK/repull.txt" <<'EOF' | tee "$OUT/images-summary.txt"
 import json, sys
 out, size, repull_gets, repull = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -147,6 +157,12 @@ il = load("interleave")
 ih, ii = il["host"]["median"], il["image"]["median"]
 print(f"interleaved: run -- true: {ih*1e3:.2f} ms; run --image -- true: {ii*1e3:.2f} ms; ratio {ii/ih:.2f} (target <= 1.3)")
 print(f"run --image after the root was removed (flatten again): {f*1e3:.2f} ms (flatten ~{(f-i)*1e3:.1f} ms)")
+io, ie = il["image-overlay"]["median"], il["image-env"]["median"]
+print(f"interleaved, HUTCH_IMAGE_OVERLAY=1 (through env(1)): run --image -- true: {io*1e3:.2f} ms; ratio {io/ih:.2f} (target <= 1.3); "
+      f"flattened through env(1) (HUTCH_IMAGE_OVERLAY=0): {ie*1e3:.2f} ms; overlay / flattened {io/ie:.2f}")
+ro = load("run-overlay")
+oo, orb = med(ro["image-overlay"]), med(ro["image-overlay-rebuild"])
+print(f"hyperfine, HUTCH_IMAGE_OVERLAY=1: run --image -- true: {oo*1e3:.2f} ms (ratio {oo/h:.2f}); after the root and the layers' overlay form were removed: {orb*1e3:.2f} ms")
 p = load("pull")
 c, u = med(p["crane"]), med(p["hutch"])
 mib = size / 1048576

@@ -10,7 +10,9 @@
 //	                         verified against its digest before it is renamed
 //	                         into place
 //	layers/sha256/DIFFID/    one unpacked layer: fs/ (the tree), meta.json (its
-//	                         whiteouts, opaque directories, what was skipped)
+//	                         whiteouts, opaque directories, what was skipped),
+//	                         ovl/ (the tree in overlayfs's form, made on first
+//	                         use: see OverlayLayers)
 //	roots/sha256/MANIFEST/BUILD/
 //	                         an image's layers flattened, bottom to top (each
 //	                         build at a new BUILD name: see Root)

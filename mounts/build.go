@@ -50,6 +50,12 @@ type Spec struct {
 	// /root are overlays like the rest: no mask, no synthesized files, no
 	// HOME tmpfs (HOME is the image's /root).
 	Build *BuildRoot
+	// ImageLayers, with Tooling "rootfs:DIR" where DIR is an image's
+	// flattened tree, are that image's overlay-native layers, topmost
+	// first (images.Store.OverlayLayers): each top-level directory (and
+	// /var/lib) is then a read-only overlay of them rather than a bind
+	// of DIR's (imageEntry); DIR is still what the plan reads.
+	ImageLayers []string
 }
 
 // BuildRoot is an image build step's root: the parent image's flattened
@@ -178,7 +184,7 @@ func Build(s *Spec) (*Plan, error) {
 			if rootfsSkip[n] {
 				continue
 			}
-			if err := addHostEntry(fsys, p, filepath.Join(dir, n), "/"+n, "tooling rootfs"); err != nil {
+			if err := imageEntry(fsys, p, s.ImageLayers, dir, n, "tooling rootfs"); err != nil {
 				return nil, err
 			}
 		}
@@ -187,7 +193,7 @@ func Build(s *Spec) (*Plan, error) {
 		// Its /var/lib read-only (dpkg's and apt's state, which dpkg-query
 		// and apt-cache read: an image's package list); the rest of /var
 		// is hutch's.
-		if err := addHostEntry(fsys, p, filepath.Join(dir, "var", "lib"), "/var/lib", "tooling rootfs /var/lib"); err != nil {
+		if err := imageEntry(fsys, p, s.ImageLayers, dir, "var/lib", "tooling rootfs /var/lib"); err != nil {
 			return nil, err
 		}
 	default:

@@ -205,8 +205,9 @@ func (v view) mountAt(p string) *Step {
 	var m *Step
 	for i := range v.p.Steps {
 		s := &v.p.Steps[i]
-		switch s.Kind {
-		case Bind, Tmpfs, Proc, Devpts, Sysfs:
+		switch {
+		case s.Kind == Bind, s.Kind == Tmpfs, s.Kind == Proc, s.Kind == Devpts, s.Kind == Sysfs:
+		case roOverlay(s):
 		default:
 			continue
 		}
@@ -218,6 +219,10 @@ func (v view) mountAt(p string) *Step {
 	}
 	return m
 }
+
+// roOverlay: s is a read-only overlay whose Source shows its view (an
+// image's layers: imageEntry), which the view reads like a read-only bind's.
+func roOverlay(s *Step) bool { return s.Kind == Overlay && s.Upper == "" && s.Source != "" }
 
 // lstat is one component's lstat inside the sandbox.
 func (v view) lstat(p string) (mode fs.FileMode, link string, exists bool, w where, err error) {
@@ -248,7 +253,7 @@ func (v view) lstat(p string) (mode fs.FileMode, link string, exists bool, w whe
 			}
 		}
 		return 0, "", false, inRoot, nil
-	case m.Kind != Bind || !m.ReadOnly:
+	case !(m.Kind == Bind && m.ReadOnly) && !roOverlay(m):
 		return 0, "", false, inScratch, nil
 	}
 	host := m.Source + strings.TrimPrefix(p, m.Target)

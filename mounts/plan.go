@@ -67,7 +67,10 @@ const (
 	// Every layer is opened O_PATH before any mount changes, like a Bind
 	// source. In a user namespace the mount uses userxattr (overlay's
 	// xattrs in the user.overlay. namespace; redirect_dir and metacopy are
-	// then off) and index=off: package review reads the upper layer.
+	// then off) and index=off: package review reads the upper layer. A
+	// read-only overlay's Source, when set, is a host tree showing what
+	// the overlay shows (an image's flattened tree): the plan's own path
+	// resolution reads it; the executor ignores it.
 	Overlay Kind = "overlay"
 )
 

@@ -1368,8 +1368,11 @@ static void no_mark(const char *name, long usec) {
 static uint32_t hint_prefix(const struct hutch_plan *p) {
 	for (uint32_t i = 0; i < p->nsteps; i++) {
 		uint32_t k = p->steps[i].kind;
-		// An overlay's upper layer is a change set made after planning.
-		if (k == HUTCH_STEP_PIN || k == HUTCH_STEP_PROTECT || k == HUTCH_STEP_HIDE || k == HUTCH_STEP_OVERLAY)
+		// An overlay's upper layer is a change set made after planning; a
+		// read-only overlay (an image's layers) has only lowers, which
+		// exist when the plan is made, like a bind's source.
+		if (k == HUTCH_STEP_PIN || k == HUTCH_STEP_PROTECT || k == HUTCH_STEP_HIDE ||
+		    (k == HUTCH_STEP_OVERLAY && p->steps[i].upper[0]))
 			return i;
 	}
 	return p->nsteps;

@@ -163,6 +163,9 @@ func buildMounts(p *policy.Policy, h *Host, sb *Sandbox) (*mounts.Plan, error) {
 		Review:         h.Review,
 		Build:          h.Build,
 	}
+	if h.Image != nil && tooling == policy.ToolingRootfs+h.Image.Root {
+		spec.ImageLayers = h.Image.Layers
+	}
 	if p.Filesystem.Review && spec.Review == nil {
 		// The change set is made when the sandbox is (package review);
 		// a plan that is only shown or checked names none.
@@ -245,7 +248,10 @@ func buildLandlock(p *policy.Policy, h *Host, sb *Sandbox) Landlock {
 		if s.Kind == mounts.Overlay && h.Build != nil && s.Target != sb.Workspace.Mount {
 			r.ReadWrite = append(r.ReadWrite, s.Target) // an image build step writes its image
 		}
-		if s.Kind == mounts.Bind && s.ReadOnly && s.Target != "/etc" && !strings.HasPrefix(s.Target, "/etc/") {
+		// A read-only tree: a read-only bind, or a read-only overlay (an
+		// image's layers: mounts.Spec.ImageLayers).
+		roTree := s.Kind == mounts.Bind && s.ReadOnly || s.Kind == mounts.Overlay && s.Upper == ""
+		if roTree && s.Target != "/etc" && !strings.HasPrefix(s.Target, "/etc/") {
 			r.ReadExec = append(r.ReadExec, s.Target)
 		}
 	}

@@ -83,11 +83,20 @@ type ImageFacts struct {
 	Root string
 	// Env is its config's environment.
 	Env []string
+	// Layers, when the image's root is an overlay of its layers
+	// (ImageOverlayEnv), are its overlay-native layers, topmost first
+	// (images.Store.OverlayLayers); nil means the flattened Root is bound.
+	Layers []string
 }
+
+// ImageOverlayEnv, set to 1 in the caller's environment, makes an image's
+// root read-only overlays of its layers instead of binds of its flattened
+// tree (mounts.Spec.ImageLayers). Off by default until it has run in CI.
+const ImageOverlayEnv = "HUTCH_IMAGE_OVERLAY"
 
 // gatherImage finds ref in hutch's image store and makes sure its root
 // is built (the first run after a prune builds it again).
-func gatherImage(ref string) (*ImageFacts, error) {
+func gatherImage(ref string, overlay bool) (*ImageFacts, error) {
 	st, img, err := images.LookupDefault(ref)
 	if err != nil {
 		return nil, fmt.Errorf("filesystem.tooling %q: %w", policy.ToolingImage+ref, err)
@@ -96,7 +105,13 @@ func gatherImage(ref string) (*ImageFacts, error) {
 	if err != nil {
 		return nil, fmt.Errorf("filesystem.tooling %q: %w", policy.ToolingImage+ref, err)
 	}
-	return &ImageFacts{Ref: ref, Digest: img.Digest.String(), Root: root, Env: slices.Clone(img.Config.Config.Env)}, nil
+	f := &ImageFacts{Ref: ref, Digest: img.Digest.String(), Root: root, Env: slices.Clone(img.Config.Config.Env)}
+	if overlay {
+		if f.Layers, err = st.OverlayLayers(img); err != nil {
+			return nil, fmt.Errorf("filesystem.tooling %q: %w", policy.ToolingImage+ref, err)
+		}
+	}
+	return f, nil
 }
 
 // CgroupFacts is what cgroup.Probe found that planning needs.
@@ -155,7 +170,7 @@ func Gather(p *policy.Policy, o GatherOptions) (*Host, error) {
 		return nil, err
 	}
 	if ref, ok := p.Filesystem.ImageRef(); ok {
-		if h.Image, err = gatherImage(ref); err != nil {
+		if h.Image, err = gatherImage(ref, slices.Contains(o.Env, ImageOverlayEnv+"=1")); err != nil {
 			return nil, err
 		}
 	}

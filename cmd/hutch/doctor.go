@@ -144,7 +144,7 @@ func diagnose(ctx context.Context) *doctorReport {
 	}
 	r.MCPServer = mcpServerStatus()
 	r.Container = diagnoseContainer(r.CanSandbox)
-	r.Images = imagesStatus()
+	r.Images = imagesStatus(r.Overlayfs)
 
 	// Per policy area.
 	if !r.CanSandbox {

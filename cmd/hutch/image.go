@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/hutchsandbox/hutch/images"
+	"github.com/hutchsandbox/hutch/plan"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/terminal"
 )
@@ -298,7 +299,10 @@ func printRemoved(rm *images.Removed) {
 }
 
 // imagesStatus is hutch doctor's line on the image store.
-func imagesStatus() string {
+//
+// overlayfs is doctor's overlayfs row (probeReview): "ok: ..." when an
+// overlayfs mounts in a sandbox's user namespace here.
+func imagesStatus(overlayfs string) string {
 	d := images.DefaultDir()
 	if d == "" {
 		return "no image store: " + images.ErrNoStore.Error()
@@ -310,7 +314,14 @@ func imagesStatus() string {
 			n = len(es)
 		}
 	}
-	return fmt.Sprintf("store %s (%d names); an image's root is a flattened tree of hard links to its unpacked layers, bound read-only (not an overlay mount: see docs/IMAGES.md)", d, n)
+	head := fmt.Sprintf("store %s (%d names); ", d, n)
+	if os.Getenv(plan.ImageOverlayEnv) != "1" {
+		return head + "an image's root is a flattened tree of hard links to its unpacked layers, bound read-only (" + plan.ImageOverlayEnv + "=1 makes it read-only overlays of its layers: see docs/IMAGES.md)"
+	}
+	if !strings.HasPrefix(overlayfs, "ok:") {
+		return head + plan.ImageOverlayEnv + "=1 asks for an image's root as overlays of its layers, but overlayfs does not mount in a sandbox's user namespace here (" + overlayfs + "): unset it to use the flattened tree"
+	}
+	return head + "an image's root is read-only overlays of its layers (" + plan.ImageOverlayEnv + "=1; overlayfs mounts in a user namespace here), a directory only one layer holds bound from its flattened tree"
 }
 
 // inspected is hutch image inspect's object.
