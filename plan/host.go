@@ -186,17 +186,17 @@ func Gather(p *policy.Policy, o GatherOptions) (*Host, error) {
 	}
 	h.CacheRoot = caches.Root()
 	if p.Filesystem.DefaultCaches {
-		h.Tools = FindTools(p, h.Env)
+		h.Tools = FindTools(p, h.Env, h.Image)
 	}
 	return h, nil
 }
 
 // FindTools looks for the executables of the built-in caches in the
-// tooling tree: in the directories of the PATH a command gets from env
+// tooling tree (image's root when it is not nil): in the directories of the PATH a command gets from env
 // under p (those inside the tooling tree), and in policy.ToolchainDirs. It
 // returns where each found one is, by name. A tool outside the tooling tree
 // (in the caller's home, say) is not visible inside and not found.
-func FindTools(p *policy.Policy, env []string) map[string]string {
+func FindTools(p *policy.Policy, env []string, image *ImageFacts) map[string]string {
 	path := policy.DefaultPath
 	if e, err := p.Environment.CommandEnv(env, nil); err == nil {
 		for _, kv := range e {
@@ -205,8 +205,21 @@ func FindTools(p *policy.Policy, env []string) map[string]string {
 			}
 		}
 	}
-	dirs := append(filepath.SplitList(path), policy.ToolchainDirs...)
 	rootfs, isRootfs := p.Filesystem.RootfsDir()
+	if image != nil {
+		// The tools are the image's, on the PATH its commands get: the
+		// image's own unless the policy sets one (Sandbox.CommandEnv).
+		rootfs, isRootfs, path = image.Root, true, policy.DefaultPath
+		for _, kv := range image.Env {
+			if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+				path = v
+			}
+		}
+		if v, ok := p.Environment.Set["PATH"]; ok {
+			path = v
+		}
+	}
+	dirs := append(filepath.SplitList(path), policy.ToolchainDirs...)
 	found := map[string]string{}
 	for _, b := range policy.BuiltinCaches {
 		for _, tool := range b.Tools {

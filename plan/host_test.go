@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hutchsandbox/hutch/policy"
 )
 
 // Pseudo file systems, device trees and the host's system directories are
@@ -43,6 +45,29 @@ func TestResolveWorkspaceRefusesSystemTrees(t *testing.T) {
 	for _, ok := range []string{t.TempDir(), "/tmp"} {
 		if _, err := ResolveWorkspace(ok); err != nil {
 			t.Errorf("workspace %s refused: %v", ok, err)
+		}
+	}
+}
+
+// The built-in caches of a sandbox on an image are those of the image's
+// tools, found on the image's PATH beneath its root, not the host's.
+func TestFindToolsInImage(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "opt/node/bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "opt/node/bin/npm"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := policy.Default()
+	p.Filesystem.Tooling = policy.ToolingImage + "example.test/node:1"
+	got := FindTools(p, []string{"PATH=/usr/local/go/bin:/usr/bin:/bin"}, &ImageFacts{Root: root, Env: []string{"PATH=/opt/node/bin:/usr/bin"}})
+	if got["npm"] != "/opt/node/bin/npm" {
+		t.Errorf("FindTools in an image with /opt/node/bin/npm on its PATH: npm = %q, want /opt/node/bin/npm (all: %v)", got["npm"], got)
+	}
+	for _, tool := range []string{"go", "pip", "mvn"} {
+		if where, ok := got[tool]; ok {
+			t.Errorf("FindTools in an image without %s found the host's at %s", tool, where)
 		}
 	}
 }
