@@ -50,11 +50,15 @@ type Spec struct {
 	// /root are overlays like the rest: no mask, no synthesized files, no
 	// HOME tmpfs (HOME is the image's /root).
 	Build *BuildRoot
-	// ImageLayers, with Tooling "rootfs:DIR" where DIR is an image's
-	// flattened tree, are that image's overlay-native layers, topmost
-	// first (images.Store.OverlayLayers): each top-level directory (and
-	// /var/lib) is then a read-only overlay of them rather than a bind
-	// of DIR's (imageEntry); DIR is still what the plan reads.
+	// ImageLayers, with Tooling "rootfs:DIR", make DIR an image's root
+	// read from its overlay-native layers, topmost first
+	// (images.Store.OverlayLayers): DIR then names the merged tree
+	// (images.Store.LayeredRoot, never on the host) that an ImageFS shows
+	// the plan, and each top-level directory, /etc and /var/lib is a
+	// read-only overlay of the layers that make it, or a bind of the one
+	// layer that does (imageEntry). Without them DIR is a directory on the
+	// host (a rootfs, or an image's flattened tree) and its entries are
+	// bound.
 	ImageLayers []string
 }
 
@@ -175,6 +179,13 @@ func Build(s *Spec) (*Plan, error) {
 		}
 	case strings.HasPrefix(s.Tooling, "rootfs:"):
 		dir := strings.TrimPrefix(s.Tooling, "rootfs:")
+		// entry adds a top-level entry, /etc or /var/lib of the tree.
+		entry := func(rel, why string) error { return addHostEntry(fsys, p, filepath.Join(dir, rel), "/"+rel, why) }
+		if len(s.ImageLayers) > 0 {
+			img := &ImageFS{Base: fsys, Root: filepath.Clean(dir), Layers: s.ImageLayers}
+			fsys = img
+			entry = func(rel, why string) error { return imageEntry(img, p, rel, why) }
+		}
 		names, err := fsys.ReadDirNames(dir)
 		if err != nil {
 			return nil, fmt.Errorf("tooling rootfs %s: %w", dir, err)
@@ -184,22 +195,28 @@ func Build(s *Spec) (*Plan, error) {
 			if rootfsSkip[n] {
 				continue
 			}
-			if err := imageEntry(fsys, p, s.ImageLayers, dir, n, "tooling rootfs"); err != nil {
+			if err := entry(n, "tooling rootfs"); err != nil {
 				return nil, err
 			}
 		}
 		etcSrc = filepath.Join(dir, "etc")
+		if fi, err := fsys.Lstat(etcSrc); err == nil && fi.IsDir() && len(s.ImageLayers) > 0 {
+			if err := entry("etc", "tooling /etc"); err != nil {
+				return nil, err
+			}
+			etcSrc = "" // planned
+		}
 		p.Add(Step{Kind: Mkdir, Target: "/var", Mode: 0o755})
 		// Its /var/lib read-only (dpkg's and apt's state, which dpkg-query
 		// and apt-cache read: an image's package list); the rest of /var
 		// is hutch's.
-		if err := imageEntry(fsys, p, s.ImageLayers, dir, "var/lib", "tooling rootfs /var/lib"); err != nil {
+		if err := entry("var/lib", "tooling rootfs /var/lib"); err != nil {
 			return nil, err
 		}
 	default:
 		return nil, fmt.Errorf("tooling %q: want \"host\" or \"rootfs:DIR\"", s.Tooling)
 	}
-	if s.Build == nil {
+	if s.Build == nil && etcSrc != "" {
 		if err := addEtcTree(fsys, p, etcSrc); err != nil {
 			return nil, err
 		}

@@ -1,19 +1,22 @@
 package mounts
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 )
 
-// entryLowers stacks, top first, the layers whose directory shows: a
+// ImageFS.Dirs stacks, top first, the layers whose directory shows: a
 // whiteout or a file cuts off what is below, an opaque directory (itself
 // or a parent) contributes and cuts off the rest, a missing one is
 // skipped.
-func TestEntryLowers(t *testing.T) {
+func TestImageFSDirs(t *testing.T) {
 	d := t.TempDir()
 	mk := func(p string) {
 		if err := os.MkdirAll(filepath.Join(d, p), 0o755); err != nil {
@@ -42,7 +45,7 @@ func TestEntryLowers(t *testing.T) {
 		}
 		return out
 	}
-	if got := rel(entryLowers(OS, layers("l0", "l1", "l2", "l3", "l4", "l5"), "usr/lib")); got != "l0/usr/lib l2/usr/lib l3/usr/lib" {
+	if got := rel((&ImageFS{Layers: layers("l0", "l1", "l2", "l3", "l4", "l5")}).Dirs("usr/lib")); got != "l0/usr/lib l2/usr/lib l3/usr/lib" {
 		t.Errorf("opaque parent: %s", got)
 	}
 	// l6: usr/lib a whiteout; nothing below shows.
@@ -50,48 +53,159 @@ func TestEntryLowers(t *testing.T) {
 	if err := unix.Mknod(filepath.Join(d, "l6/usr/lib"), unix.S_IFCHR|0o600, 0); err != nil {
 		t.Fatal(err)
 	}
-	if got := rel(entryLowers(OS, layers("l0", "l6", "l2"), "usr/lib")); got != "l0/usr/lib" {
+	if got := rel((&ImageFS{Layers: layers("l0", "l6", "l2")}).Dirs("usr/lib")); got != "l0/usr/lib" {
 		t.Errorf("whiteout: %s", got)
 	}
-	if got := rel(entryLowers(OS, layers("l4", "l5"), "usr")); got != "l4/usr l5/usr" {
+	if got := rel((&ImageFS{Layers: layers("l4", "l5")}).Dirs("usr")); got != "l4/usr l5/usr" {
 		t.Errorf("plain: %s", got)
 	}
 }
 
-// With ImageLayers, Build mounts a top-level directory two layers share
-// as a read-only overlay of them (its Source the flattened tree's, for
-// the plan's view) and binds one a single layer holds from the flattened
-// tree; /etc still comes from the flattened tree.
+// With ImageLayers, Build reads the image's root through an ImageFS (its
+// Root never exists): a top-level directory two layers make is a
+// read-only overlay of them (its Source the merged entry, for the plan's
+// view), one a single layer makes is a bind of that layer's, a top-level
+// file the topmost layer's, a symlink made anew; /etc is an entry like the
+// others, and the mask and synthesized files are planned from the merged
+// /etc (a whited-out file is not there).
 func TestBuildImageLayers(t *testing.T) {
 	d := t.TempDir()
-	for _, p := range []string{"root/usr/bin", "root/usr/lib", "root/bin", "root/etc", "top/usr/bin", "top/bin", "low/usr/lib"} {
+	for _, p := range []string{"top/usr/bin", "top/bin", "top/etc", "low/usr/lib", "low/etc"} {
 		if err := os.MkdirAll(filepath.Join(d, p), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(d, "root/etc/os-release"), []byte("ID=x\n"), 0o644); err != nil {
+	for f, body := range map[string]string{"low/etc/os-release": "ID=x\n", "low/etc/passwd": "root:x:0:0::/root:/bin/sh\n", "low/etc/shadow": "x\n", "top/vmlinuz": "k", "low/vmlinuz": "old"} {
+		if err := os.WriteFile(filepath.Join(d, f), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("usr/lib", filepath.Join(d, "low/lib")); err != nil {
 		t.Fatal(err)
 	}
-	p, err := Build(&Spec{Tooling: "rootfs:" + filepath.Join(d, "root"), Workspace: t.TempDir(), WorkspaceMount: "/workspace",
+	// top whites out low's /etc/shadow.
+	if err := unix.Mknod(filepath.Join(d, "top/etc/shadow"), unix.S_IFCHR|0o600, 0); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(d, "merged") // never made
+	p, err := Build(&Spec{Tooling: "rootfs:" + root, Workspace: t.TempDir(), WorkspaceMount: "/workspace",
 		Home: "/home/u", UID: 1000, GID: 1000, User: "u", Hostname: "h",
 		ImageLayers: []string{filepath.Join(d, "top"), filepath.Join(d, "low")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var usr, bin *Step
+	steps := map[string]*Step{}
+	var covers, masks []string
 	for i := range p.Steps {
-		switch p.Steps[i].Target {
-		case "/usr":
-			usr = &p.Steps[i]
-		case "/bin":
-			bin = &p.Steps[i]
+		s := &p.Steps[i]
+		switch s.Kind {
+		case Cover:
+			covers = append(covers, s.Target)
+		case MaskFile:
+			masks = append(masks, s.Target)
+		default:
+			steps[s.Target] = s
+		}
+		if s.Kind == Bind && strings.HasPrefix(s.Source, root) {
+			t.Errorf("%+v: binds the merged tree, which is not on the host", s)
 		}
 	}
-	if usr == nil || usr.Kind != Overlay || usr.Upper != "" || usr.Source != filepath.Join(d, "root/usr") ||
-		strings.Join(usr.Lower, ":") != filepath.Join(d, "top/usr")+":"+filepath.Join(d, "low/usr") {
-		t.Errorf("/usr: %+v, want a read-only overlay of top/usr and low/usr", usr)
+	overlay := func(target string, lowers ...string) {
+		t.Helper()
+		s := steps[target]
+		var want []string
+		for _, l := range lowers {
+			want = append(want, filepath.Join(d, l))
+		}
+		if s == nil || s.Kind != Overlay || s.Upper != "" || s.Source != root+target || strings.Join(s.Lower, ":") != strings.Join(want, ":") {
+			t.Errorf("%s: %+v, want a read-only overlay of %v", target, s, lowers)
+		}
 	}
-	if bin == nil || bin.Kind != Bind || bin.Source != filepath.Join(d, "root/bin") || !bin.ReadOnly {
-		t.Errorf("/bin: %+v, want a read-only bind of the flattened tree's", bin)
+	bind := func(target, src string) {
+		t.Helper()
+		if s := steps[target]; s == nil || s.Kind != Bind || s.Source != filepath.Join(d, src) || !s.ReadOnly {
+			t.Errorf("%s: %+v, want a read-only bind of %s", target, s, src)
+		}
+	}
+	overlay("/usr", "top/usr", "low/usr")
+	overlay("/etc", "top/etc", "low/etc")
+	bind("/bin", "top/bin")
+	bind("/vmlinuz", "top/vmlinuz")
+	if s := steps["/lib"]; s == nil || s.Kind != Symlink || s.Data != "usr/lib" {
+		t.Errorf("/lib: %+v, want the symlink made anew", s)
+	}
+	if !slices.Contains(covers, "/etc/passwd") {
+		t.Errorf("covered files %v: want /etc/passwd (the low layer's, synthesized)", covers)
+	}
+	if slices.Contains(masks, "/etc/shadow") {
+		t.Errorf("masked files %v: /etc/shadow is whited out in the top layer, not in the merged /etc", masks)
+	}
+}
+
+// ImageFS shows what an overlay of its layers shows: names listed once,
+// the topmost's entry, whiteouts hiding and not listed, a file in an
+// upper layer hiding a lower directory, a lower file under an upper
+// directory hidden; symlinks resolved inside the root by StatIn.
+func TestImageFSMerge(t *testing.T) {
+	d := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"top/a", "low/a", "low/b/deep", "low/c", "mid/a"} {
+		must(os.MkdirAll(filepath.Join(d, p), 0o755))
+	}
+	must(os.WriteFile(filepath.Join(d, "top/a/f"), []byte("top"), 0o644))
+	must(os.WriteFile(filepath.Join(d, "low/a/f"), []byte("low"), 0o644))
+	must(os.WriteFile(filepath.Join(d, "low/a/g"), []byte("low"), 0o644))
+	must(os.WriteFile(filepath.Join(d, "mid/b"), []byte("file over dir"), 0o644))
+	must(os.WriteFile(filepath.Join(d, "mid/c"), nil, 0o644))
+	must(unix.Mknod(filepath.Join(d, "top/c"), unix.S_IFCHR|0o600, 0)) // a whiteout of c
+	must(os.Symlink("/a/f", filepath.Join(d, "top/abs")))
+	must(os.Symlink("../a/g", filepath.Join(d, "mid/a/rel")))
+	must(os.WriteFile(filepath.Join(d, "low/a/sub"), nil, 0o644))
+	must(os.MkdirAll(filepath.Join(d, "top/a/sub"), 0o755)) // a directory over a lower file
+	root := filepath.Join(d, "merged")
+	f := &ImageFS{Root: root, Layers: []string{filepath.Join(d, "top"), filepath.Join(d, "mid"), filepath.Join(d, "low")}}
+	names, err := f.ReadDirNames(root)
+	must(err)
+	slices.Sort(names)
+	if got := strings.Join(names, " "); got != "a abs b" {
+		t.Errorf("root lists %q, want \"a abs b\" (c whited out)", got)
+	}
+	names, err = f.ReadDirNames(root + "/a")
+	must(err)
+	slices.Sort(names)
+	if got := strings.Join(names, " "); got != "f g rel sub" {
+		t.Errorf("/a lists %q", got)
+	}
+	if fi, err := f.Lstat(root + "/b"); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("/b: %v %v, want mid's file (it hides low's directory)", fi, err)
+	}
+	if _, err := f.Lstat(root + "/b/deep"); err == nil {
+		t.Error("/b/deep shows through mid's file")
+	}
+	if _, err := f.Lstat(root + "/c"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("/c: %v, want not found (whited out)", err)
+	}
+	if fi, err := f.Lstat(root + "/a/sub"); err != nil || !fi.IsDir() {
+		t.Errorf("/a/sub: %v %v, want top's directory", fi, err)
+	}
+	if r, err := f.Real(root + "/a/f"); err != nil || r != filepath.Join(d, "top/a/f") {
+		t.Errorf("Real /a/f = %q %v, want top's", r, err)
+	}
+	if to, err := f.Readlink(root + "/a/rel"); err != nil || to != "../a/g" {
+		t.Errorf("Readlink /a/rel = %q %v", to, err)
+	}
+	for _, p := range []string{"/abs", "/a/rel"} {
+		fi, err := StatIn(f, root, p)
+		if err != nil || !fi.Mode().IsRegular() {
+			t.Errorf("StatIn %s: %v %v, want the file it leads to inside the root", p, fi, err)
+		}
+	}
+	if f.Dirs("a") == nil || len(f.Dirs("a")) != 3 || f.Dirs("b") != nil {
+		t.Errorf("Dirs a = %v, b = %v", f.Dirs("a"), f.Dirs("b"))
 	}
 }
