@@ -34,6 +34,12 @@ type Options struct {
 	// from the lock file; the lock file is not rewritten and nothing is
 	// tagged.
 	Locked bool
+	// NoCache runs every step again, none taken from the step cache (as
+	// docker build --no-cache); what the steps make is still recorded
+	// there, replacing what was, so that a later build without NoCache
+	// reuses it. With Locked, the rebuild from scratch is what is compared
+	// with the lock file: a check that the lock file reproduces.
+	NoCache bool
 	// Out receives a line per step (nil: nothing).
 	Out io.Writer
 	// Pull fetches a base the store lacks (nil: a missing base fails).
@@ -120,16 +126,21 @@ func Build(ctx context.Context, st *images.Store, spec *Spec, o Options) (*Resul
 			inputs = "allow " + strings.Join(spec.Allow, ",")
 		}
 		key := cacheKey(cur.Digest.String(), s, inputs)
-		if img, err := cached(st, key); err != nil {
-			return nil, err
-		} else if img != nil {
-			say("%s: cached: %s", n, s.Short())
-			cur = img
-			res.Cached = append(res.Cached, true)
-			lock.Steps = append(lock.Steps, lockStep(s, key, img))
-			continue
+		why := noCacheReason(o, s)
+		if why == "" {
+			if img, err := cached(st, key); err != nil {
+				return nil, err
+			} else if img != nil {
+				say("%s: cached: %s", n, s.Short())
+				cur = img
+				res.Cached = append(res.Cached, true)
+				lock.Steps = append(lock.Steps, lockStep(s, key, img))
+				continue
+			}
+			say("%s: %s", n, s.Short())
+		} else {
+			say("%s: not from the cache (%s): %s", n, why, s.Short())
 		}
-		say("%s: %s", n, s.Short())
 		if s.Kind == Run {
 			p, err := o.Run(ctx, cur, s, spec.Allow)
 			if err != nil {
@@ -206,6 +217,19 @@ func resolveBase(ctx context.Context, st *images.Store, spec *Spec, o Options, l
 		return nil, fmt.Errorf("from %s: %w", spec.From, err)
 	}
 	return img, nil
+}
+
+// noCacheReason is why step s is not looked up in the step cache, as the
+// build's output names it: "--no-cache" (o.NoCache), "cache = false" (the
+// step's own), or "" (it is looked up).
+func noCacheReason(o Options, s Step) string {
+	switch {
+	case o.NoCache:
+		return "--no-cache"
+	case s.NoCache:
+		return "cache = false"
+	}
+	return ""
 }
 
 // cached is the image the cache has for key, if the store still has it

@@ -1,8 +1,11 @@
 package imagebuild
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -95,6 +98,11 @@ workdir = "/opt/src"
 	if _, err := build(Options{Locked: true}); err != nil {
 		t.Errorf("--locked on the same inputs: %v", err)
 	}
+	// --locked --no-cache: every step rebuilt from scratch, and it
+	// reproduces the lock file.
+	if r, err := build(Options{Locked: true, NoCache: true}); err != nil || slices.Contains(r.Cached, true) {
+		t.Errorf("--locked --no-cache on the same inputs: %v %v", r, err)
+	}
 
 	os.WriteFile(filepath.Join(dir, "cfg"), []byte("changed\n"), 0o600)
 	lockBefore, _ := os.ReadFile(LockPath(p))
@@ -153,5 +161,115 @@ func TestBuildLockedRefusals(t *testing.T) {
 	}
 	if es, _ := st.List(); len(es) != 0 {
 		t.Errorf("a refused build named %v", es)
+	}
+}
+
+// fakeRun is a RunFunc that counts its calls: a run step "count" makes a
+// layer with the count in /count (a new layer every time), any other a
+// layer with the command in /same (the same layer every time).
+type fakeRun struct {
+	dir  string
+	runs map[string]int
+}
+
+func (f *fakeRun) run(_ context.Context, _ *images.Image, s Step, _ []string) (string, error) {
+	f.runs[s.Command]++
+	name, body := "same", s.Command
+	if s.Command == "count" {
+		name, body = "count", fmt.Sprint(f.runs[s.Command])
+	}
+	tf, err := os.CreateTemp(f.dir, "layer-*.tar")
+	if err != nil {
+		return "", err
+	}
+	defer tf.Close()
+	tw := tar.NewWriter(tf)
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), ModTime: epoch}); err != nil {
+		return "", err
+	}
+	if _, err := tw.Write([]byte(body)); err != nil {
+		return "", err
+	}
+	return tf.Name(), tw.Close()
+}
+
+// newFakeBuild is a store, a spec of steps on an empty rootfs base, and a
+// build of it with a fakeRun.
+func newFakeBuild(t *testing.T, steps string) (*images.Store, *fakeRun, func(o Options) (*Result, string, error)) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := images.Open(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(filepath.Join(dir, "base"), 0o755)
+	p := writeSpec(t, dir, "from = \"rootfs:base\"\n"+steps)
+	f := &fakeRun{dir: t.TempDir(), runs: map[string]int{}}
+	return st, f, func(o Options) (*Result, string, error) {
+		t.Helper()
+		s, err := Load(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		o.Out, o.Run = &out, f.run
+		r, err := Build(context.Background(), st, s, o)
+		return r, out.String(), err
+	}
+}
+
+// NoCache reruns every step although each is cached, says so per step,
+// and records what it made: the next build without it takes that from
+// the cache. With Locked, a step that does not reproduce its layer fails
+// the build.
+func TestBuildNoCache(t *testing.T) {
+	_, f, build := newFakeBuild(t, "[[step]]\nrun = \"count\"\n[[step]]\nenv = { A = \"1\" }\n")
+	r1, _, err := build(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, out, err := build(Options{})
+	if err != nil || f.runs["count"] != 1 || !slices.Equal(r2.Cached, []bool{true, true}) || r2.Image.Digest != r1.Image.Digest {
+		t.Fatalf("second build: %v, %d runs, cached %v:\n%s", err, f.runs["count"], r2.Cached, out)
+	}
+	r3, out, err := build(Options{NoCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.runs["count"] != 2 || !slices.Equal(r3.Cached, []bool{false, false}) || r3.Image.Digest == r1.Image.Digest {
+		t.Errorf("--no-cache: %d runs, cached %v, image %s (the first %s)", f.runs["count"], r3.Cached, r3.Image.Digest, r1.Image.Digest)
+	}
+	for _, want := range []string{"step 1/2: not from the cache (--no-cache): run count\n", "step 2/2: not from the cache (--no-cache): env A=\"1\"\n"} {
+		if !strings.Contains(out, want) || strings.Contains(out, "cached") {
+			t.Errorf("--no-cache output lacks %q or has cached:\n%s", want, out)
+		}
+	}
+	r4, out, err := build(Options{})
+	if err != nil || f.runs["count"] != 2 || !slices.Equal(r4.Cached, []bool{true, true}) || r4.Image.Digest != r3.Image.Digest {
+		t.Errorf("after --no-cache, its result from the cache: %v, %d runs, cached %v, image %s (--no-cache's %s):\n%s",
+			err, f.runs["count"], r4.Cached, r4.Image.Digest, r3.Image.Digest, out)
+	}
+	_, _, err = build(Options{Locked: true, NoCache: true})
+	var le *LockError
+	if !errors.As(err, &le) || f.runs["count"] != 3 || len(le.Diffs) != 2 || !strings.HasPrefix(le.Diffs[0], "step 1 (run count): layer ") {
+		t.Errorf("--locked --no-cache, a step that does not reproduce: %d runs, %v", f.runs["count"], err)
+	}
+}
+
+// A run step's cache = false reruns it in every build; the steps before
+// it come from the cache, and so do those after it when it made the same
+// layer again.
+func TestBuildStepCacheFalse(t *testing.T) {
+	_, f, build := newFakeBuild(t, "[[step]]\nrun = \"before\"\n[[step]]\nrun = \"again\"\ncache = false\n[[step]]\nrun = \"after\"\n")
+	if _, _, err := build(Options{}); err != nil {
+		t.Fatal(err)
+	}
+	r, out, err := build(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r.Cached, []bool{true, false, true}) || f.runs["before"] != 1 || f.runs["again"] != 2 || f.runs["after"] != 1 ||
+		!strings.Contains(out, "step 2/3: not from the cache (cache = false): run again\n") {
+		t.Errorf("second build: cached %v, runs %v:\n%s", r.Cached, f.runs, out)
 	}
 }

@@ -46,6 +46,10 @@ type Step struct {
 	Kind string
 	// Run: the shell command (sh -c).
 	Command string
+	// NoCache (a run step's cache = false) runs the step in every build,
+	// never taken from the step cache; what it makes is still recorded
+	// there. It is not part of the step's text or cache key.
+	NoCache bool
 	// Copy: Src relative to the context (a file or directory), Dest an
 	// absolute path in the image.
 	Src, Dest string
@@ -100,6 +104,7 @@ type rawNet struct {
 
 type rawStep struct {
 	Run     *string           `toml:"run"`
+	Cache   *bool             `toml:"cache"`
 	Copy    *string           `toml:"copy"`
 	To      *string           `toml:"to"`
 	Env     map[string]string `toml:"env"`
@@ -119,7 +124,7 @@ func (e *SpecError) Error() string {
 	return fmt.Sprintf("%s: %s: %s", e.File, e.Key, e.Msg)
 }
 
-const validKeys = "valid: from, context, [network] allow, [[step]] with one of run, copy (and to), env, workdir"
+const validKeys = "valid: from, context, [network] allow, [[step]] with one of run (and cache), copy (and to), env, workdir"
 
 // Load reads and validates the spec in file.
 func Load(file string) (*Spec, error) {
@@ -208,6 +213,13 @@ func Parse(data []byte, file string) (*Spec, error) {
 			st.Kind, st.Command = Run, *rs.Run
 			if strings.TrimSpace(*rs.Run) == "" {
 				bad(key+".run", "empty command")
+			}
+		}
+		if rs.Cache != nil {
+			if rs.Run == nil {
+				bad(key+".cache", "cache belongs to a run step (a copy step's key has its files' hashes; env and workdir run nothing)")
+			} else {
+				st.NoCache = !*rs.Cache
 			}
 		}
 		if rs.Copy != nil {

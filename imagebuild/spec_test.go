@@ -27,6 +27,7 @@ from = "example.com/base@sha256:0123456789abcdef0123456789abcdef0123456789abcdef
 allow = ["deb.debian.org:80"]
 [[step]]
 run = "echo hi > /x"
+cache = false
 [[step]]
 copy = "src"
 to = "/opt/src/"
@@ -46,6 +47,9 @@ workdir = "/opt/src"
 	want := `run echo hi > /x|copy src /opt/src|env A="1" B="2"|workdir /opt/src`
 	if got := strings.Join(texts, "|"); got != want {
 		t.Errorf("steps %s, want %s", got, want)
+	}
+	if !s.Steps[0].NoCache || s.Steps[1].NoCache {
+		t.Errorf("cache = false: NoCache %v, %v", s.Steps[0].NoCache, s.Steps[1].NoCache)
 	}
 	if s.Context != dir || len(s.Allow) != 1 {
 		t.Errorf("context %s allow %v", s.Context, s.Allow)
@@ -87,6 +91,14 @@ workdir = "rel"`, `step[1].workdir: "rel": want an absolute path`},
 		{`from = "x"
 [[step]]
 to = "/x"`, "step[1].to: to belongs to a copy step"},
+		{`from = "x"
+[[step]]
+workdir = "/"
+cache = false`, "step[1].cache: cache belongs to a run step"},
+		{`from = "x"
+[[step]]
+run = "true"
+cache = "no"`, "step.cache"},
 		{`from = "rootfs:nowhere"
 [[step]]
 workdir = "/"`, "from: rootfs:nowhere is not a directory"},

@@ -44,13 +44,26 @@ func failedBuild(t *testing.T, o opts, dir, name, steps, base, tag string, code 
 	}
 }
 
+// builtDigest is the digest hutch image build printed.
+func builtDigest(t *testing.T, stdout string) string {
+	t.Helper()
+	_, d, ok := strings.Cut(stdout, "\ndigest: ")
+	if !ok {
+		t.Errorf("no digest in the build's output:\n%s", stdout)
+	}
+	d, _, _ = strings.Cut(d, "\n")
+	return d
+}
+
 // hutch image build of copy, env, workdir and run steps on a pinned
 // busybox image: the run step is uid 0 with three capabilities and every
 // other protection, its writes and deletions (whiteouts, an opaque
 // directory) are its layer; the built image runs with --image and has the
 // files and variables; a second build takes every step from the cache; a
 // changed input reruns its step and those after it; --locked fails (exit
-// 3) on a changed input; a spec that is not valid is exit 2 naming the
+// 3) on a changed input; --no-cache reruns every step and records what
+// they made, which the next build takes from the cache; --locked
+// --no-cache passes on a spec that reproduces its lock file; a spec that is not valid is exit 2 naming the
 // key, a failing step exit 1; neither tags anything or leaves work
 // directories.
 func TestImageBuild(t *testing.T) {
@@ -143,6 +156,32 @@ cat /usr/share/made/file /etc/app/fresh/y; ls /opt/app/sub; [ -e /bin/wc ] && ec
 		r = hutch(t, o, "run", "--image", tag, "--", "cat", "/etc/app/conf.txt")
 		if r.stdout != "conf-v3\n" {
 			t.Errorf("the tag after the rebuild: %q %s", r.stdout, r.stderr)
+		}
+
+		// --no-cache: every step again (the run step's own output shows it
+		// ran), its results recorded in the cache: the next build without
+		// it takes every step from there and makes the same image.
+		r = hutch(t, o, "image", "build", "--no-cache", "-f", spec, "--tag", tag)
+		mustCode(t, r, 0)
+		if strings.Count(r.stdout, ": not from the cache (--no-cache): ") != 5 || strings.Contains(r.stdout, ": cached: ") ||
+			!strings.Contains(r.stdout, "step 5/5: not from the cache (--no-cache): run set -e") || !strings.Contains(r.stdout, "ran in /opt/app APPMODE=built id=0\n") {
+			t.Errorf("--no-cache, every step rerun:\n%s%s", r.stdout, r.stderr)
+		}
+		noCache := builtDigest(t, r.stdout)
+		r = hutch(t, o, "image", "build", "-f", spec, "--tag", tag)
+		mustCode(t, r, 0)
+		if strings.Count(r.stdout, ": cached: ") != 5 || strings.Contains(r.stdout, "ran in ") || builtDigest(t, r.stdout) != noCache {
+			t.Errorf("the build after --no-cache, every step cached, image %s:\n%s%s", noCache, r.stdout, r.stderr)
+		}
+		// --locked --no-cache: the lock file checked against a rebuild
+		// from scratch; copy and env steps reproduce it.
+		repro := filepath.Join(dir, "repro.toml")
+		os.WriteFile(repro, []byte("from = \""+byDigest+"\"\n[[step]]\ncopy = \"app\"\nto = \"/opt/app\"\n[[step]]\nenv = { APPMODE = \"built\" }\n"), 0o644)
+		mustCode(t, hutch(t, o, "image", "build", "-f", repro), 0)
+		r = hutch(t, o, "image", "build", "--locked", "--no-cache", "-f", repro)
+		mustCode(t, r, 0)
+		if strings.Count(r.stdout, ": not from the cache (--no-cache): ") != 2 || !strings.Contains(r.stdout, "matches "+repro+".lock\n") {
+			t.Errorf("--locked --no-cache, a reproducible spec:\n%s%s", r.stdout, r.stderr)
 		}
 
 		// A refused spec (exit 2) and a failing run step (exit 1, the

@@ -21,10 +21,11 @@ func imageBuildCommand(fail func(error) error) *cli.Command {
 			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Usage: "the build spec `FILE` (TOML)"},
 			&cli.StringFlag{Name: "tag", Usage: "name the built image `NAME` (a reference: local/tools:1)"},
 			&cli.BoolFlag{Name: "locked", Usage: "fail (exit 3) when the build differs from FILE.lock; the lock file is not rewritten, nothing is tagged"},
+			&cli.BoolFlag{Name: "no-cache", Usage: "run every step again, none taken from the step cache (what they make is still recorded there); with --locked: check that FILE.lock reproduces from scratch"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 0 || c.String("file") == "" {
-				return &exitError{imageExitUsage, "hutch: usage: hutch image build -f FILE [--tag NAME] [--locked]"}
+				return &exitError{imageExitUsage, "hutch: usage: hutch image build -f FILE [--tag NAME] [--locked] [--no-cache]"}
 			}
 			spec, err := imagebuild.Load(c.String("file"))
 			if err != nil {
@@ -36,7 +37,7 @@ func imageBuildCommand(fail func(error) error) *cli.Command {
 			}
 			sx := &imagebuild.Sandbox{Store: st, Out: os.Stdout, SpecFile: spec.File}
 			res, err := imagebuild.Build(c.Context, st, spec, imagebuild.Options{
-				Tag: c.String("tag"), Locked: c.Bool("locked"), Out: os.Stdout,
+				Tag: c.String("tag"), Locked: c.Bool("locked"), NoCache: c.Bool("no-cache"), Out: os.Stdout,
 				Pull: func(ctx context.Context, ref string) (*images.Image, error) {
 					fmt.Fprintf(os.Stderr, "hutch: image %s is not in the store: pulling it (hutch image pull)\n", ref)
 					rep, err := pullImage(ctx, st, ref, true, false)
