@@ -48,6 +48,8 @@ func (s *Store) buildRoot(img *Image) (string, error) {
 			}
 		}
 	}
+	// Invariant: every build is named root-* (its temporary name), so no
+	// build is ever at LayeredRoot's name.
 	tmp, err := os.MkdirTemp(s.tmpDir(), "root-")
 	if err != nil {
 		return "", err
@@ -82,6 +84,14 @@ func (s *Store) buildRoot(img *Image) (string, error) {
 		return "", fmt.Errorf("image %s: store its root: %w", img.Digest, err)
 	}
 	return dst, nil
+}
+
+// LayeredRoot is a path that names img's root merged from its layers
+// (OverlayLayers) and is never made on disk: no flattened build of img is
+// ever at it (builds are named root-*: see buildRoot). The mount planner
+// uses it as the virtual root of the union view of the layers.
+func (s *Store) LayeredRoot(img *Image) string {
+	return filepath.Join(s.rootPath(img.Digest), "layers")
 }
 
 // BuiltRoot is img's flattened tree when it has been built; it builds

@@ -86,7 +86,7 @@ func TestPullFlatten(t *testing.T) {
 	}
 	ctx := context.Background()
 	before := reg.BlobGets()
-	rep, err := s.Pull(ctx, tag, PullOptions{})
+	rep, err := s.Pull(ctx, tag, PullOptions{Flatten: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestPullFlatten(t *testing.T) {
 	// A second image sharing the base layer stores it once.
 	img2 := tr.Image(t, v1.Config{}, base(t), tr.Layer(t, E{Name: "two", Body: "2\n"}))
 	tag2, _ := reg.Push(t, "test/two:v1", img2)
-	rep3, err := s.Pull(ctx, tag2, PullOptions{})
+	rep3, err := s.Pull(ctx, tag2, PullOptions{Flatten: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestImport(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := Open(t.TempDir())
-	rep, err := s.Import(context.Background(), tarPath, ImportOptions{})
+	rep, err := s.Import(context.Background(), tarPath, ImportOptions{Flatten: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +383,7 @@ func TestPullNoUnpack(t *testing.T) {
 		t.Fatal(err)
 	}
 	gets := reg.BlobGets()
-	rep, err = s2.Pull(context.Background(), tag2, PullOptions{})
+	rep, err = s2.Pull(context.Background(), tag2, PullOptions{Flatten: true})
 	if err != nil || len(rep.Fetched) != 0 || rep.Root == "" || reg.BlobGets() != gets {
 		t.Errorf("pull after a --no-unpack pull: %+v %v, %d blob GETs", rep, err, reg.BlobGets()-gets)
 	}
@@ -412,7 +412,7 @@ func TestPullIndex(t *testing.T) {
 	ixDigest, _ := ix.Digest()
 	mineDigest, _ := mine.Digest()
 	s, _ := Open(t.TempDir())
-	rep, err := s.Pull(context.Background(), ref.String(), PullOptions{})
+	rep, err := s.Pull(context.Background(), ref.String(), PullOptions{Flatten: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +465,7 @@ func TestPullDockerConfigCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("DOCKER_CONFIG", cfg)
-	rep, err := s.Pull(context.Background(), ref, PullOptions{})
+	rep, err := s.Pull(context.Background(), ref, PullOptions{Flatten: true})
 	if err != nil {
 		t.Fatalf("pull with the Docker configuration's credentials: %v", err)
 	}

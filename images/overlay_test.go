@@ -28,7 +28,7 @@ func TestOverlayLayers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := s.Pull(context.Background(), tag, PullOptions{})
+	rep, err := s.Pull(context.Background(), tag, PullOptions{Flatten: true})
 	if err != nil {
 		t.Fatal(err)
 	}
