@@ -287,7 +287,7 @@ func (s *Store) storeLayer(ctx context.Context, rc io.Reader, l Layer, keepBlob,
 			pw.CloseWithError(err)
 			copyDone <- err
 		}()
-		meta, uerr = unpackStream(pr, diffHash, work)
+		meta, uerr = unpackStream(pr, diffHash, work, s.marks)
 		if uerr != nil {
 			// The rest of the blob, so that its digest says whether it is
 			// the content that is wrong or the layer that is refused.
@@ -343,8 +343,9 @@ func (s *Store) storeLayer(ctx context.Context, rc io.Reader, l Layer, keepBlob,
 }
 
 // unpackStream decompresses r (gzip, zstd or a plain tar, by its magic),
-// hashes the tar into diff and unpacks it into work/fs.
-func unpackStream(r io.Reader, diff hash.Hash, work string) (*LayerMeta, error) {
+// hashes the tar into diff and unpacks it into work/fs (its overlay
+// markers made by marks).
+func unpackStream(r io.Reader, diff hash.Hash, work string, marks markerOps) (*LayerMeta, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	magic, _ := br.Peek(4)
 	var tr io.Reader = br
@@ -364,7 +365,7 @@ func unpackStream(r io.Reader, diff hash.Hash, work string) (*LayerMeta, error) 
 		defer zr.Close()
 		tr = zr
 	}
-	meta, err := unpackLayer(io.TeeReader(tr, diff), work)
+	meta, err := unpackLayer(io.TeeReader(tr, diff), work, marks)
 	if err != nil {
 		return nil, err
 	}

@@ -118,7 +118,11 @@ func (s *Store) builtRoot(manifest v1.Hash) (string, bool) {
 // flattener merges layer trees, bottom to top, into dst as an overlay
 // mount would show them: an upper directory merges with a lower directory
 // (unless the upper one is opaque), anything else in the upper layer
-// replaces what is below; whiteouts delete. Files are hard links to the
+// replaces what is below; whiteouts delete. It takes the whiteouts and
+// opaque directories from each layer's LayerMeta, never from the tree:
+// a layer's overlay markers (character devices, user.overlay.opaque) are
+// passed over (devices) or not copied (xattrs: dst's directories are made
+// anew). Files are hard links to the
 // layers' (copies where a link is refused). It never follows a symlink in
 // dst: every path it changes has real directories as parents.
 type flattener struct {
@@ -183,6 +187,11 @@ func (f *flattener) layer(src string, m *LayerMeta) error {
 		}
 		rel, _ := filepath.Rel(src, p)
 		if rel == "." {
+			return nil
+		}
+		if d.Type()&fs.ModeCharDevice != 0 {
+			// The unpack makes no device node but overlayfs's whiteouts
+			// (0/0), which m.Whiteouts has already applied.
 			return nil
 		}
 		to := filepath.Join(f.dst, rel)
