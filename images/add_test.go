@@ -13,6 +13,15 @@ import (
 	tr "github.com/hutchsandbox/hutch/internal/testregistry"
 )
 
+// storeDir is a new directory for a store, removed (removeTree) at the
+// test's end: a layer's read-only directories keep an unprivileged
+// t.TempDir cleanup from emptying them.
+func storeDir(t *testing.T) string {
+	d := t.TempDir()
+	t.Cleanup(func() { removeTree(d) })
+	return d
+}
+
 // addImage stores an image of layers in a new store with o.
 func addImage(t *testing.T, s *Store, o AddOptions, layers ...v1.Layer) *Report {
 	t.Helper()
@@ -26,7 +35,7 @@ func addImage(t *testing.T, s *Store, o AddOptions, layers ...v1.Layer) *Report 
 // Add without Flatten unpacks the layers and builds no root; Root builds
 // it when asked, never at LayeredRoot's name.
 func TestAddFlatten(t *testing.T) {
-	s, _ := Open(t.TempDir())
+	s, _ := Open(storeDir(t))
 	rep := addImage(t, s, AddOptions{Names: []string{"example.com/x:1"}}, base(t), upper(t))
 	if rep.Root != "" {
 		t.Errorf("root %q built without Flatten", rep.Root)
@@ -60,7 +69,7 @@ func TestAddFlatten(t *testing.T) {
 		t.Errorf("built root %s %v, want %s", got, ok, root)
 	}
 
-	s2, _ := Open(t.TempDir())
+	s2, _ := Open(storeDir(t))
 	rep2 := addImage(t, s2, AddOptions{Flatten: true}, base(t), upper(t))
 	if got, ok := s2.BuiltRoot(rep2.Image); rep2.Root == "" || !ok || got != rep2.Root {
 		t.Errorf("with Flatten: root %q, built %q %v", rep2.Root, got, ok)

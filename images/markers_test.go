@@ -76,7 +76,7 @@ func TestMarkersMeetEntries(t *testing.T) {
 		E{Name: ".wh.plain"},
 		E{Name: ".wh.nolower"},
 	)
-	s, _ := Open(t.TempDir())
+	s, _ := Open(storeDir(t))
 	rep := addImage(t, s, AddOptions{Flatten: true}, lower, upperL)
 	top := s.LayerDirs(rep.Image)[1]
 	got := strings.Join(markersIn(t, top), ", ")
@@ -103,7 +103,7 @@ func TestMarkersMeetEntries(t *testing.T) {
 // A layer with an opaque root hides every layer below it: OverlayLayers
 // stops there (overlayfs does not read a layer root's opaque mark).
 func TestOverlayLayersOpaqueRoot(t *testing.T) {
-	s, _ := Open(t.TempDir())
+	s, _ := Open(storeDir(t))
 	rep := addImage(t, s, AddOptions{Flatten: true},
 		tr.Layer(t, E{Name: "below", Body: "b\n"}),
 		tr.Layer(t, E{Name: "mid", Body: "m\n"}),
@@ -123,7 +123,7 @@ func TestOverlayLayersOpaqueRoot(t *testing.T) {
 // A layer stored by an earlier hutch (no markers in fs/, no overlay_form
 // in meta.json) still loads, flattens, and converts to ovl/ on first use.
 func TestOverlayLayersOldLayer(t *testing.T) {
-	s, _ := Open(t.TempDir())
+	s, _ := Open(storeDir(t))
 	rep := addImage(t, s, AddOptions{Flatten: true}, base(t), upper(t))
 	for _, l := range rep.Image.Layers {
 		fsDir := filepath.Join(s.layerPath(l.DiffID), "fs")
@@ -201,7 +201,7 @@ func TestMarkersRefused(t *testing.T) {
 			"opaque mark on /dupd: setxattr user.overlay.opaque: operation not supported"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			s, _ := Open(t.TempDir())
+			s, _ := Open(storeDir(t))
 			s.marks = tc.marks
 			rep := addImage(t, s, AddOptions{Flatten: true}, lower, upperL)
 			l := rep.Image.Layers[1]

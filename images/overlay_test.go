@@ -23,7 +23,7 @@ func TestOverlayLayers(t *testing.T) {
 	reg := tr.Start(t)
 	img := tr.Image(t, v1.Config{}, base(t), upper(t))
 	tag, _ := reg.Push(t, "test/ovl:v1", img)
-	s, err := Open(t.TempDir())
+	s, err := Open(storeDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 // another kernel, or a corrupt cache probes again. The probe gets two
 // directories under tmp/, the second holding a file probe, removed after.
 func TestOverlayUsable(t *testing.T) {
-	s, _ := Open(t.TempDir())
+	s, _ := Open(storeDir(t))
 	calls := 0
 	answer := ""
 	probe := func(lower1, lower2 string) string {
