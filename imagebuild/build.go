@@ -187,7 +187,7 @@ func Build(ctx context.Context, st *images.Store, spec *Spec, o Options) (*Resul
 	if err != nil {
 		return nil, err
 	}
-	rep, err := st.Add(ctx, v, images.AddOptions{Names: names})
+	rep, err := st.Add(ctx, v, images.AddOptions{Names: names, Flatten: true})
 	if err != nil {
 		return nil, fmt.Errorf("store the built image: %w", err)
 	}

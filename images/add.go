@@ -36,7 +36,8 @@ type Report struct {
 	// Skipped are the entries the unpack could not make (device nodes),
 	// over every layer of the image.
 	Skipped []string
-	// Root is the flattened tree; RootTime how long flattening took.
+	// Root is the flattened tree ("" unless AddOptions.Flatten); RootTime
+	// how long flattening took.
 	Root     string
 	RootTime time.Duration
 }
@@ -56,15 +57,22 @@ type AddOptions struct {
 	// Jobs is how many layers are fetched at once (default 4).
 	Jobs int
 	// NoUnpack stores the verified blobs only: the layers are unpacked
-	// and the root built when a sandbox first uses the image (Root).
+	// (and a flattened root built, where one is wanted) when a sandbox
+	// first uses the image (OverlayLayers, Root).
 	NoUnpack bool
+	// Flatten builds the flattened root too (Report.Root): for where the
+	// image's root cannot be overlays of its layers (Store.OverlayUsable
+	// says no). Without it only the layers are unpacked, and Root builds
+	// the flattened tree when it is first asked for. NoUnpack overrides it.
+	Flatten bool
 }
 
 // Add stores img: its manifest, config and every layer the store lacks,
 // each checked against its digest (the compressed blob against the
 // manifest's digest, the unpacked tar against the config's diff id)
-// before it is kept; then it builds the image's root and points the names
-// at it. A layer already stored is not read from img at all.
+// before it is kept; then (o.Flatten) it builds the image's flattened root,
+// and points the names at it. A layer already stored is not read from img
+// at all.
 func (s *Store) Add(ctx context.Context, img v1.Image, o AddOptions) (*Report, error) {
 	unlock, err := s.lock(false)
 	if err != nil {
@@ -121,7 +129,7 @@ func (s *Store) Add(ctx context.Context, img v1.Image, o AddOptions) (*Report, e
 			return nil, fmt.Errorf("layer %s: hutch verifies sha256 digests only", l.Digest)
 		}
 		// A blob stored by a pull with NoUnpack is unpacked from the
-		// store (by Root below), not transferred again.
+		// store (below), not transferred again.
 		if s.hasLayer(l.DiffID) || done[l.DiffID] || s.hasBlob(l.Digest) {
 			rep.Present = append(rep.Present, l.Digest)
 			continue
@@ -154,11 +162,21 @@ func (s *Store) Add(ctx context.Context, img v1.Image, o AddOptions) (*Report, e
 	}
 	stored := &Image{Digest: mDigest, Manifest: m, Config: cfg, Layers: ls}
 	if !o.NoUnpack {
-		t0 := time.Now()
-		if rep.Root, err = s.buildRoot(stored); err != nil {
-			return nil, err
+		for _, l := range ls {
+			if !s.hasLayer(l.DiffID) {
+				// Its blob was stored by a pull with NoUnpack.
+				if err := s.unpackStored(ctx, l); err != nil {
+					return nil, fmt.Errorf("image %s: %w", mDigest, err)
+				}
+			}
 		}
-		rep.RootTime = time.Since(t0)
+		if o.Flatten {
+			t0 := time.Now()
+			if rep.Root, err = s.buildRoot(stored); err != nil {
+				return nil, err
+			}
+			rep.RootTime = time.Since(t0)
+		}
 		for _, l := range ls {
 			meta, err := s.Meta(l)
 			if err != nil {
@@ -269,7 +287,7 @@ func (s *Store) storeLayer(ctx context.Context, rc io.Reader, l Layer, keepBlob,
 			pw.CloseWithError(err)
 			copyDone <- err
 		}()
-		meta, uerr = unpackStream(pr, diffHash, work)
+		meta, uerr = unpackStream(pr, diffHash, work, s.marks)
 		if uerr != nil {
 			// The rest of the blob, so that its digest says whether it is
 			// the content that is wrong or the layer that is refused.
@@ -325,8 +343,9 @@ func (s *Store) storeLayer(ctx context.Context, rc io.Reader, l Layer, keepBlob,
 }
 
 // unpackStream decompresses r (gzip, zstd or a plain tar, by its magic),
-// hashes the tar into diff and unpacks it into work/fs.
-func unpackStream(r io.Reader, diff hash.Hash, work string) (*LayerMeta, error) {
+// hashes the tar into diff and unpacks it into work/fs (its overlay
+// markers made by marks).
+func unpackStream(r io.Reader, diff hash.Hash, work string, marks markerOps) (*LayerMeta, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	magic, _ := br.Peek(4)
 	var tr io.Reader = br
@@ -346,7 +365,7 @@ func unpackStream(r io.Reader, diff hash.Hash, work string) (*LayerMeta, error) 
 		defer zr.Close()
 		tr = zr
 	}
-	meta, err := unpackLayer(io.TeeReader(tr, diff), work)
+	meta, err := unpackLayer(io.TeeReader(tr, diff), work, marks)
 	if err != nil {
 		return nil, err
 	}

@@ -88,7 +88,7 @@ func BenchmarkAdd(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := s.Add(context.Background(), img, AddOptions{Names: []string{"bench"}}); err != nil {
+		if _, err := s.Add(context.Background(), img, AddOptions{Names: []string{"bench"}, Flatten: true}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -48,6 +48,8 @@ func (s *Store) buildRoot(img *Image) (string, error) {
 			}
 		}
 	}
+	// Invariant: every build is named root-* (its temporary name), so no
+	// build is ever at LayeredRoot's name.
 	tmp, err := os.MkdirTemp(s.tmpDir(), "root-")
 	if err != nil {
 		return "", err
@@ -84,6 +86,14 @@ func (s *Store) buildRoot(img *Image) (string, error) {
 	return dst, nil
 }
 
+// LayeredRoot is a path that names img's root merged from its layers
+// (OverlayLayers) and is never made on disk: no flattened build of img is
+// ever at it (builds are named root-*: see buildRoot). The mount planner
+// uses it as the virtual root of the union view of the layers.
+func (s *Store) LayeredRoot(img *Image) string {
+	return filepath.Join(s.rootPath(img.Digest), "layers")
+}
+
 // BuiltRoot is img's flattened tree when it has been built; it builds
 // nothing.
 func (s *Store) BuiltRoot(img *Image) (string, bool) { return s.builtRoot(img.Digest) }
@@ -108,7 +118,11 @@ func (s *Store) builtRoot(manifest v1.Hash) (string, bool) {
 // flattener merges layer trees, bottom to top, into dst as an overlay
 // mount would show them: an upper directory merges with a lower directory
 // (unless the upper one is opaque), anything else in the upper layer
-// replaces what is below; whiteouts delete. Files are hard links to the
+// replaces what is below; whiteouts delete. It takes the whiteouts and
+// opaque directories from each layer's LayerMeta, never from the tree:
+// a layer's overlay markers (character devices, user.overlay.opaque) are
+// passed over (devices) or not copied (xattrs: dst's directories are made
+// anew). Files are hard links to the
 // layers' (copies where a link is refused). It never follows a symlink in
 // dst: every path it changes has real directories as parents.
 type flattener struct {
@@ -173,6 +187,11 @@ func (f *flattener) layer(src string, m *LayerMeta) error {
 		}
 		rel, _ := filepath.Rel(src, p)
 		if rel == "." {
+			return nil
+		}
+		if d.Type()&fs.ModeCharDevice != 0 {
+			// The unpack makes no device node but overlayfs's whiteouts
+			// (0/0), which m.Whiteouts has already applied.
 			return nil
 		}
 		to := filepath.Join(f.dst, rel)

@@ -181,6 +181,20 @@ type LayerMeta struct {
 	// Files, Bytes: what the tree holds.
 	Files int   `json:"files"`
 	Bytes int64 `json:"bytes"`
+	// OverlayForm: fs/ carries overlayfs's markers as well (each whiteout
+	// a 0/0 character device, each opaque directory, and each directory
+	// that replaces a whiteout of its own name, marked user.overlay.opaque
+	// = "y"), so that fs/ is an overlay lower layer as it is. OverlayWhy
+	// says why the unpack could not make them (this filesystem or kernel
+	// refused): fs/ then holds no marker at all.
+	//
+	// Invariant: a layer unpacked by this hutch has exactly one of the two
+	// set; neither is a layer stored by an earlier hutch (no markers: its
+	// overlay form is ovl/, see OverlayLayers). The flattener reads fs/
+	// the same in every case: it takes whiteouts and opaque directories
+	// from the lists above and passes over character devices.
+	OverlayForm bool   `json:"overlay_form,omitempty"`
+	OverlayWhy  string `json:"overlay_why,omitempty"`
 }
 
 // Meta reads a stored layer's LayerMeta.

@@ -80,13 +80,13 @@ func TestPullFlatten(t *testing.T) {
 	reg := tr.Start(t)
 	img := tr.Image(t, v1.Config{Env: []string{"PATH=/opt/bin:/bin"}}, base(t), upper(t))
 	tag, byDigest := reg.Push(t, "test/flat:v1", img)
-	s, err := Open(t.TempDir())
+	s, err := Open(storeDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	before := reg.BlobGets()
-	rep, err := s.Pull(ctx, tag, PullOptions{})
+	rep, err := s.Pull(ctx, tag, PullOptions{Flatten: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestPullFlatten(t *testing.T) {
 	// A second image sharing the base layer stores it once.
 	img2 := tr.Image(t, v1.Config{}, base(t), tr.Layer(t, E{Name: "two", Body: "2\n"}))
 	tag2, _ := reg.Push(t, "test/two:v1", img2)
-	rep3, err := s.Pull(ctx, tag2, PullOptions{})
+	rep3, err := s.Pull(ctx, tag2, PullOptions{Flatten: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestPullRefusesTraversal(t *testing.T) {
 		"wh-dotdot": {{Name: ".wh..."}},
 		"wh-dot":    {{Name: "d/", Type: tar.TypeDir}, {Name: "d/.wh.."}},
 	}
-	s, err := Open(t.TempDir())
+	s, err := Open(storeDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestPullRefusesCorruptBlob(t *testing.T) {
 	if err := os.WriteFile(f, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := Open(t.TempDir())
+	s, _ := Open(storeDir(t))
 	_, err = s.Pull(context.Background(), tag, PullOptions{})
 	if err == nil || !strings.Contains(err.Error(), d.String()) {
 		t.Fatalf("pull of a corrupt blob: %v, want an error naming %s", err, d)
@@ -304,8 +304,8 @@ func TestImport(t *testing.T) {
 	if err := lp.AppendImage(img2); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := Open(t.TempDir())
-	rep, err := s.Import(context.Background(), tarPath, ImportOptions{})
+	s, _ := Open(storeDir(t))
+	rep, err := s.Import(context.Background(), tarPath, ImportOptions{Flatten: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +336,7 @@ func TestImport(t *testing.T) {
 func TestPullNoUnpack(t *testing.T) {
 	reg := tr.Start(t)
 	tag, _ := reg.Push(t, "test/lazy:v1", tr.Image(t, v1.Config{}, base(t), upper(t)))
-	s, _ := Open(t.TempDir())
+	s, _ := Open(storeDir(t))
 	rep, err := s.Pull(context.Background(), tag, PullOptions{NoUnpack: true})
 	if err != nil {
 		t.Fatal(err)
@@ -378,12 +378,12 @@ func TestPullNoUnpack(t *testing.T) {
 	// Another image on the same blobs, pulled with unpacking after a
 	// --no-unpack pull: its layers come from the store, not the registry.
 	tag2, _ := reg.Push(t, "test/lazy2:v1", tr.Image(t, v1.Config{}, base(t), upper(t), tr.Layer(t, E{Name: "x2", Body: "2"})))
-	s2, _ := Open(t.TempDir())
+	s2, _ := Open(storeDir(t))
 	if _, err := s2.Pull(context.Background(), tag2, PullOptions{NoUnpack: true}); err != nil {
 		t.Fatal(err)
 	}
 	gets := reg.BlobGets()
-	rep, err = s2.Pull(context.Background(), tag2, PullOptions{})
+	rep, err = s2.Pull(context.Background(), tag2, PullOptions{Flatten: true})
 	if err != nil || len(rep.Fetched) != 0 || rep.Root == "" || reg.BlobGets() != gets {
 		t.Errorf("pull after a --no-unpack pull: %+v %v, %d blob GETs", rep, err, reg.BlobGets()-gets)
 	}
@@ -411,8 +411,8 @@ func TestPullIndex(t *testing.T) {
 	}
 	ixDigest, _ := ix.Digest()
 	mineDigest, _ := mine.Digest()
-	s, _ := Open(t.TempDir())
-	rep, err := s.Pull(context.Background(), ref.String(), PullOptions{})
+	s, _ := Open(storeDir(t))
+	rep, err := s.Pull(context.Background(), ref.String(), PullOptions{Flatten: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,7 +453,7 @@ func TestPullDockerConfigCredentials(t *testing.T) {
 	defer srv.Close()
 	tag, _ := reg.Push(t, "test/private:v1", tr.Image(t, v1.Config{}, tr.Layer(t, E{Name: "private", Body: "p"})))
 	ref := strings.Replace(tag, reg.Addr, strings.TrimPrefix(srv.URL, "http://"), 1)
-	s, _ := Open(t.TempDir())
+	s, _ := Open(storeDir(t))
 
 	t.Setenv("DOCKER_CONFIG", t.TempDir())
 	if _, err := s.Pull(context.Background(), ref, PullOptions{}); err == nil || (!strings.Contains(err.Error(), "UNAUTHORIZED") && !strings.Contains(err.Error(), "401")) {
@@ -465,7 +465,7 @@ func TestPullDockerConfigCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("DOCKER_CONFIG", cfg)
-	rep, err := s.Pull(context.Background(), ref, PullOptions{})
+	rep, err := s.Pull(context.Background(), ref, PullOptions{Flatten: true})
 	if err != nil {
 		t.Fatalf("pull with the Docker configuration's credentials: %v", err)
 	}

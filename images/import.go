@@ -23,6 +23,8 @@ type ImportOptions struct {
 	// digest only.
 	Tag      string
 	Progress Progress
+	// Flatten: see AddOptions.
+	Flatten bool
 }
 
 // Import stores the image in path: a docker-archive tarball (docker save)
@@ -53,7 +55,7 @@ func (s *Store) Import(ctx context.Context, path string, o ImportOptions) (*Repo
 		}
 		names = []string{r.Name()}
 	}
-	rep, err := s.Add(ctx, img, AddOptions{Names: names, Index: index, Progress: o.Progress})
+	rep, err := s.Add(ctx, img, AddOptions{Names: names, Index: index, Progress: o.Progress, Flatten: o.Flatten})
 	if err != nil {
 		return nil, fmt.Errorf("import %s: %w", path, err)
 	}

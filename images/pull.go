@@ -23,8 +23,8 @@ type PullOptions struct {
 	// Platform chooses from a multi-platform index (default linux and
 	// this machine's architecture).
 	Platform *v1.Platform
-	// NoUnpack: see AddOptions.
-	NoUnpack bool
+	// NoUnpack, Flatten: see AddOptions.
+	NoUnpack, Flatten bool
 }
 
 // Pull fetches ref from its registry into the store. Credentials come from
@@ -66,7 +66,7 @@ func (s *Store) Pull(ctx context.Context, ref string, o PullOptions) (*Report, e
 	// For a digest reference remote.Get checked the manifest (or index)
 	// against the digest asked for.
 	names := []string{r.Name()}
-	rep, err := s.Add(ctx, img, AddOptions{Names: names, Index: index, Progress: o.Progress, NoUnpack: o.NoUnpack})
+	rep, err := s.Add(ctx, img, AddOptions{Names: names, Index: index, Progress: o.Progress, NoUnpack: o.NoUnpack, Flatten: o.Flatten})
 	if err != nil {
 		return nil, fmt.Errorf("pull %s: %w", ref, err)
 	}

@@ -1,23 +1,32 @@
 // Package images is hutch's image store: OCI and Docker images pulled from a
-// registry or imported from an archive, kept by digest, unpacked rootless,
-// and flattened into the read-only trees a sandbox uses as its root
-// (tooling "image:REF"). docs/IMAGES.md describes the layout and the trust
-// model.
+// registry or imported from an archive, kept by digest, and unpacked
+// rootless into layer trees that are overlayfs lower layers as they are
+// (OverlayLayers): a sandbox's root (tooling "image:REF") is read-only
+// overlays of them, or, where overlayfs cannot be mounted in a user
+// namespace (OverlayUsable), the layers flattened into one read-only tree
+// (Root). docs/IMAGES.md describes the layout and the trust model.
 //
 // The store's layout, beneath its directory (DefaultDir):
 //
 //	blobs/sha256/HEX         manifests, configs and compressed layers, each
 //	                         verified against its digest before it is renamed
 //	                         into place
-//	layers/sha256/DIFFID/    one unpacked layer: fs/ (the tree), meta.json (its
-//	                         whiteouts, opaque directories, what was skipped),
-//	                         ovl/ (the tree in overlayfs's form, made on first
-//	                         use: see OverlayLayers)
+//	layers/sha256/DIFFID/    one unpacked layer: fs/ (the tree, with overlayfs's
+//	                         markers: 0/0 character devices for whiteouts,
+//	                         user.overlay.opaque on opaque directories),
+//	                         meta.json (its whiteouts, opaque directories,
+//	                         what was skipped, whether fs/ has the markers);
+//	                         ovl/ only for a layer unpacked by an earlier
+//	                         hutch, without markers (its overlay form, made
+//	                         on first use: see OverlayLayers)
 //	roots/sha256/MANIFEST/BUILD/
-//	                         an image's layers flattened, bottom to top (each
-//	                         build at a new BUILD name: see Root)
+//	                         an image's layers flattened, bottom to top, where
+//	                         one was asked for (each build at a new BUILD
+//	                         name root-*: see Root; never at LayeredRoot)
 //	index.json               names (registry/repo:tag, registry/repo@digest)
 //	                         to manifest digests
+//	overlay-probe.json       whether overlayfs mounts here, for this boot
+//	                         (OverlayUsable)
 //	tmp/                     work in progress (renamed into place when done)
 //	lock                     flock: shared while adding, exclusive to collect
 //
@@ -56,6 +65,10 @@ func DefaultDir() string {
 type Store struct {
 	// Dir is the store's directory.
 	Dir string
+	// marks make the overlay markers of the layers this Store unpacks;
+	// the zero value is the real system calls (a test replaces them to
+	// play a filesystem that refuses them).
+	marks markerOps
 }
 
 // ErrNoStore is returned by OpenDefault when hutch has no data directory.

@@ -54,16 +54,20 @@ func entryName(n string) (string, error) {
 
 // unpacker writes one layer's tree beneath root, rootless: every file is
 // the invoking user's, set-id bits are dropped, device nodes skipped (and
-// reported), whiteouts recorded in meta instead of made, hard links kept
-// inside the layer. No path component it walks through may be a symlink
-// (openat2 RESOLVE_NO_SYMLINKS beneath the root), so nothing in a layer
-// can make it write outside root.
+// reported), whiteouts and opaque directories recorded in meta and, once
+// the tar is read, made overlayfs's markers in the tree (overlayMarkers;
+// where they are refused, none are left and meta says why), hard links
+// kept inside the layer. No path component it walks through may be a
+// symlink (openat2 RESOLVE_NO_SYMLINKS beneath the root), so nothing in a
+// layer can make it write outside root.
 type unpacker struct {
 	root   string
 	rootFD int
 	meta   LayerMeta
 	dirs   map[string]dirAttr
 	buf    []byte
+	// marks make the overlay markers (the zero value: the real calls).
+	marks markerOps
 }
 
 type dirAttr struct {
@@ -72,8 +76,9 @@ type dirAttr struct {
 }
 
 // unpackLayer unpacks the uncompressed layer tar r into dir/fs (dir
-// exists and is empty) and writes dir/meta.json. It reads r to its end.
-func unpackLayer(r io.Reader, dir string) (*LayerMeta, error) {
+// exists and is empty), its markers made by marks, and returns its meta.
+// It reads r to its end.
+func unpackLayer(r io.Reader, dir string, marks markerOps) (*LayerMeta, error) {
 	root := filepath.Join(dir, "fs")
 	if err := os.Mkdir(root, 0o755); err != nil {
 		return nil, err
@@ -83,7 +88,7 @@ func unpackLayer(r io.Reader, dir string) (*LayerMeta, error) {
 		return nil, fmt.Errorf("open %s: %w", root, err)
 	}
 	defer unix.Close(fd)
-	u := &unpacker{root: root, rootFD: fd, dirs: map[string]dirAttr{}, buf: make([]byte, 256<<10)}
+	u := &unpacker{root: root, rootFD: fd, dirs: map[string]dirAttr{}, buf: make([]byte, 256<<10), marks: marks}
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
@@ -102,21 +107,39 @@ func unpackLayer(r io.Reader, dir string) (*LayerMeta, error) {
 	if _, err := io.Copy(io.Discard, r); err != nil {
 		return nil, err
 	}
+	// The markers before the directories' modes: a read-only directory
+	// takes neither a device nor an xattr from its (unprivileged) owner.
+	// Whiteouts apply to the layers below whatever their place in the
+	// tar, so making them once the tree is whole is the same as making
+	// them in order, and simpler: what a later entry put at a whiteout's
+	// name is already there to be looked at.
+	if err := overlayMarkers(u.rootFD, &u.meta, u.marks); err != nil {
+		u.meta.OverlayWhy = err.Error()
+	} else {
+		u.meta.OverlayForm = true
+	}
 	if err := u.finishDirs(); err != nil {
 		return nil, err
 	}
 	return &u.meta, nil
 }
 
-// openDir opens rel (clean, relative; "" is the root) beneath the root
-// without following any symlink, creating missing directories when create.
-func (u *unpacker) openDir(rel string, create bool) (int, error) {
+// openBeneath opens the directory rel (clean, relative; "" is the root)
+// beneath rootFD, O_PATH, without following any symlink or leaving
+// rootFD's filesystem.
+func openBeneath(rootFD int, rel string) (int, error) {
 	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV}
 	if rel == "" {
 		rel = "."
 	}
-	fd, err := unix.Openat2(u.rootFD, rel, how)
+	return unix.Openat2(rootFD, rel, how)
+}
+
+// openDir opens rel (clean, relative; "" is the root) beneath the root
+// without following any symlink, creating missing directories when create.
+func (u *unpacker) openDir(rel string, create bool) (int, error) {
+	fd, err := openBeneath(u.rootFD, rel)
 	if err == nil || !create || !errors.Is(err, unix.ENOENT) {
 		return fd, err
 	}
@@ -128,7 +151,7 @@ func (u *unpacker) openDir(rel string, create bool) (int, error) {
 	if err := unix.Mkdirat(parent, path.Base(rel), 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
 		return -1, err
 	}
-	return unix.Openat2(u.rootFD, rel, how)
+	return openBeneath(u.rootFD, rel)
 }
 
 // clear removes what is at name in parent (rel is its path beneath the

@@ -154,10 +154,32 @@ func procMountRefused() *regexp.Regexp {
 // It costs a process start (a few milliseconds); sandbox.isolation =
 // "auto" runs it once per sandbox.
 func ProbeUserNamespaces() string {
+	return runProbe("the namespace probe", probeMagic)
+}
+
+// ProbeOverlay says why a sandbox cannot have overlayfs mounts of
+// directories like lower1 and lower2 as its image root, or "" when it
+// can: it starts a probe of hutch's binary (probe.c) in the seven
+// namespaces an init gets, with the same one-id maps, which mounts
+// overlayfs read-only from lower1 (upper) and lower2 onto lower1, with the
+// options of the init's read-only image overlay (userxattr, index=off),
+// and checks that the file probe the caller put in lower2 shows at
+// lower1/probe. That proves that this kernel mounts overlayfs in a user
+// namespace with the directories' filesystem (the image store's) as
+// lower layers. It costs a process start (a few milliseconds); the image
+// store keeps its verdict for the boot (images.Store.OverlayUsable).
+func ProbeOverlay(lower1, lower2 string) string {
+	return runProbe("the overlay probe", probeMagic, "overlay", lower1, lower2)
+}
+
+// runProbe runs hutch's binary with args (args[0] is probeMagic) in an
+// init's namespaces: "" when it exits 0, else what it wrote to stderr
+// (or, failing that, what went wrong, naming what).
+func runProbe(what string, args ...string) string {
 	var stderr strings.Builder
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe",
-		Args:        []string{probeMagic},
+		Args:        args,
 		Env:         []string{},
 		Stderr:      &stderr,
 		SysProcAttr: initNamespaces(),
@@ -169,7 +191,7 @@ func ProbeUserNamespaces() string {
 		if msg := strings.TrimSpace(stderr.String()); msg != "" {
 			return msg
 		}
-		return fmt.Sprintf("the namespace probe failed: %v", err)
+		return fmt.Sprintf("%s failed: %v", what, err)
 	}
 	return ""
 }

@@ -1,6 +1,11 @@
 package nsjail
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
 
 // TestProcMountRefused: the init's report of a refused procfs (the mount
 // plan's proc step, as nsjail/mounts.c words it) is recognised, and no
@@ -30,5 +35,39 @@ func TestProbeUserNamespaces(t *testing.T) {
 	}
 	if got := ProbeUserNamespaces(); got != "" {
 		t.Errorf("ProbeUserNamespaces() = %q on a host that makes sandboxes", got)
+	}
+}
+
+// The overlay probe mounts a real overlay in the real namespaces: on this
+// host it shows the second directory's file through the first; with a
+// second directory that does not exist it says what failed.
+func TestProbeOverlay(t *testing.T) {
+	if p := CheckUserNamespaces(); p != nil {
+		t.Skipf("user namespaces are off here: %v", p)
+	}
+	dir := t.TempDir()
+	lower1, lower2 := filepath.Join(dir, "l1"), filepath.Join(dir, "l2")
+	for _, d := range []string{lower1, lower2} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(lower2, "probe"), []byte("probe\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := ProbeOverlay(lower1, lower2); got != "" {
+		t.Errorf("ProbeOverlay() = %q on a host that mounts overlays in user namespaces", got)
+	}
+	if _, err := os.Stat(filepath.Join(lower1, "probe")); err == nil {
+		t.Errorf("the probe's overlay shows outside its mount namespace")
+	}
+	missing := filepath.Join(dir, "missing")
+	if got := ProbeOverlay(lower1, missing); got == "" || !strings.Contains(got, missing) {
+		t.Errorf("ProbeOverlay with a missing lower directory = %q, want why naming it", got)
+	}
+	// No file to show: the check after the mount fails.
+	os.Remove(filepath.Join(lower2, "probe"))
+	if got := ProbeOverlay(lower1, lower2); !strings.Contains(got, "probe") || !strings.Contains(got, "through the overlay") {
+		t.Errorf("ProbeOverlay without the probe file = %q, want the failed stat", got)
 	}
 }
