@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
@@ -114,7 +115,23 @@ func (s *Store) Prune() (*Removed, error) {
 	if err := sweep(filepath.Join(s.Dir, "layers", "sha256"), keepLayers, &rm.Layers); err != nil {
 		return rm, err
 	}
-	if err := sweep(filepath.Join(s.Dir, "blobs", "sha256"), keepBlobs, &rm.Blobs); err != nil {
+	// The images deleted are those whose manifests go, flattened root or
+	// not (an image whose root is its layers has none).
+	blobs := filepath.Join(s.Dir, "blobs", "sha256")
+	if ents, err := os.ReadDir(blobs); err == nil {
+		for _, d := range ents {
+			if keepBlobs[d.Name()] || keepImages[d.Name()] || slices.Contains(rm.Images, "sha256:"+d.Name()) {
+				continue
+			}
+			if fi, err := d.Info(); err != nil || fi.Size() > maxManifest {
+				continue // a layer
+			}
+			if _, err := s.load(v1.Hash{Algorithm: "sha256", Hex: d.Name()}); err == nil {
+				rm.Images = append(rm.Images, "sha256:"+d.Name())
+			}
+		}
+	}
+	if err := sweep(blobs, keepBlobs, &rm.Blobs); err != nil {
 		return rm, err
 	}
 	if err := sweep(s.tmpDir(), nil, nil); err != nil {
@@ -135,3 +152,8 @@ func du(p string) int64 {
 	})
 	return n
 }
+
+// maxManifest bounds the blobs Prune reads to tell an image's manifest
+// from a layer: the OCI distribution spec's 4 MiB, which registries
+// enforce for manifests.
+const maxManifest = 4 << 20
