@@ -192,7 +192,7 @@ func apiPolicy(p *policy.Policy) *policy.Policy {
 // the policy and this host's facts (package plan). Nothing is created.
 func Plan(o *RunOptions) (*plan.Sandbox, error) {
 	p := apiPolicy(o.Policy)
-	h, err := plan.Gather(p, plan.GatherOptions{Env: o.HostEnv, SecurityLog: o.SecurityLog.Path(), ProbeUserns: nsjail.ProbeUserNamespaces})
+	h, err := plan.Gather(p, plan.GatherOptions{Env: o.HostEnv, SecurityLog: o.SecurityLog.Path(), ProbeUserns: nsjail.ProbeUserNamespaces, ProbeOverlay: nsjail.ProbeOverlay})
 	if err != nil {
 		return nil, err
 	}

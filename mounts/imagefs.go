@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -238,45 +237,17 @@ func (f *ImageFS) DirID(p string) (DirID, bool) {
 // StatIn is the lstat of the entry that the absolute path p inside a root
 // tree (root on fsys: a rootfs directory or an ImageFS's Root) resolves to,
 // its symlinks followed as they resolve inside the sandbox whose root that
-// tree is (an absolute target from the tree's root, ".." stopping there),
-// at most 40 of them.
+// tree is (an absolute target from the tree's root, ".." stopping there):
+// the plan's view of a root that is the tree, bound read-only.
 func StatIn(fsys HostFS, root, p string) (fs.FileInfo, error) {
-	rest := strings.Split(strings.TrimPrefix(path.Clean("/"+p), "/"), "/")
-	cur := "/"
-	hops := 0
-	for len(rest) > 0 {
-		c := rest[0]
-		rest = rest[1:]
-		switch c {
-		case "", ".":
-			continue
-		case "..":
-			cur = path.Dir(cur)
-			continue
-		}
-		next := path.Join(cur, c)
-		fi, err := fsys.Lstat(filepath.Join(root, next))
-		if err != nil {
-			return nil, err
-		}
-		if fi.Mode()&fs.ModeSymlink == 0 {
-			if len(rest) == 0 {
-				return fi, nil
-			}
-			cur = next
-			continue
-		}
-		if hops++; hops > maxSymlinks {
-			return nil, &fs.PathError{Op: "stat", Path: p, Err: syscall.ELOOP}
-		}
-		to, err := fsys.Readlink(filepath.Join(root, next))
-		if err != nil {
-			return nil, err
-		}
-		if path.IsAbs(to) {
-			cur = "/"
-		}
-		rest = append(strings.Split(to, "/"), rest...)
+	// Source ends in "/": the view joins it with the path beneath Target.
+	v := view{fsys: fsys, p: &Plan{Steps: []Step{{Kind: Bind, Source: filepath.Clean(root) + "/", Target: "/", ReadOnly: true}}}}
+	r, err := v.resolve(p)
+	if err != nil {
+		return nil, err
 	}
-	return fsys.Lstat(filepath.Join(root, cur))
+	if !r.exists {
+		return nil, &fs.PathError{Op: "stat", Path: p, Err: fs.ErrNotExist}
+	}
+	return fsys.Lstat(filepath.Join(root, r.path))
 }

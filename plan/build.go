@@ -142,7 +142,7 @@ func buildMounts(p *policy.Policy, h *Host, sb *Sandbox) (*mounts.Plan, error) {
 			return nil, fmt.Errorf("filesystem.tooling %q: the image was not looked up in the store (plan.Gather does)", p.Filesystem.Tooling)
 		}
 		tooling = policy.ToolingRootfs + h.Image.Root
-		sb.Image = &Image{Ref: ref, Digest: h.Image.Digest, Root: h.Image.Root}
+		sb.Image = &Image{Ref: ref, Digest: h.Image.Digest, Root: h.Image.Root, Layers: len(h.Image.Layers), Flattened: h.Image.Why}
 		sb.Environment.Image = slices.Clone(h.Image.Env)
 	}
 	spec := &mounts.Spec{

@@ -79,38 +79,98 @@ type Host struct {
 type ImageFacts struct {
 	// Ref as the policy gave it; Digest its manifest's digest.
 	Ref, Digest string
-	// Root is its flattened tree (images.Store.Root).
+	// Root is its root: with Layers, the merged tree's name
+	// (images.Store.LayeredRoot, never on the host), else its flattened
+	// tree (images.Store.Root).
 	Root string
 	// Env is its config's environment.
 	Env []string
-	// Layers, when the image's root is an overlay of its layers
-	// (ImageOverlayEnv), are its overlay-native layers, topmost first
-	// (images.Store.OverlayLayers); nil means the flattened Root is bound.
+	// Layers, when the image's root is read-only overlays of its layers,
+	// are its overlay-native layers, topmost first
+	// (images.Store.OverlayLayers); nil when the flattened Root is bound.
 	Layers []string
+	// Why says why the root is the flattened tree ("" when it is the
+	// layers).
+	Why string
 }
 
-// ImageOverlayEnv, set to 1 in the caller's environment, makes an image's
-// root read-only overlays of its layers instead of binds of its flattened
-// tree (mounts.Spec.ImageLayers). Off by default until it has run in CI.
-const ImageOverlayEnv = "HUTCH_IMAGE_OVERLAY"
+// FS is the image's root as the mount plan reads it, on base (the host's
+// tree when nil): the merged layers (mounts.ImageFS) or the flattened
+// tree on the host.
+func (f *ImageFacts) FS(base mounts.HostFS) mounts.HostFS {
+	if base == nil {
+		base = mounts.OS
+	}
+	if f == nil || len(f.Layers) == 0 {
+		return base
+	}
+	return &mounts.ImageFS{Base: base, Root: f.Root, Layers: f.Layers}
+}
 
-// gatherImage finds ref in hutch's image store and makes sure its root
-// is built (the first run after a prune builds it again).
-func gatherImage(ref string, overlay bool) (*ImageFacts, error) {
+// ImageRootEnv, in hutch's environment, chooses an image's root instead of
+// the probe (ImageRootForm): "flattened" (a flattened copy of its layers,
+// bound read-only) or "overlay" (read-only overlays of its layers).
+const ImageRootEnv = "HUTCH_IMAGE_ROOT"
+
+// ImageRootForm says whether a sandbox's root on an image of st is
+// read-only overlays of the image's layers (true) or its flattened tree
+// (false, with why): what ImageRootEnv in env says, else whether overlayfs
+// mounts in a user namespace on the store's file system here, which probe
+// (nsjail.ProbeOverlay) finds once per boot (images.Store.OverlayUsable).
+// A nil probe means the flattened tree.
+func ImageRootForm(st *images.Store, env []string, probe func(lower1, lower2 string) string) (overlay bool, why string, err error) {
+	for _, kv := range slices.Backward(env) {
+		v, ok := strings.CutPrefix(kv, ImageRootEnv+"=")
+		if !ok {
+			continue
+		}
+		switch v {
+		case "overlay":
+			return true, "", nil
+		case "flattened":
+			return false, ImageRootEnv + "=flattened is set", nil
+		case "":
+		default:
+			return false, "", fmt.Errorf("%s=%q: want \"overlay\" or \"flattened\" (or unset it: hutch then probes whether overlayfs mounts here)", ImageRootEnv, v)
+		}
+		break
+	}
+	if probe == nil {
+		return false, "overlayfs was not probed", nil
+	}
+	ok, why := st.OverlayUsable(probe)
+	return ok, why, nil
+}
+
+// gatherImage finds ref in hutch's image store and its root: overlays of
+// its layers where ImageRootForm says so and every layer has an overlay
+// form, else its flattened tree, built when it is missing (the first run
+// after a pull where overlays are not used, or after a prune).
+func gatherImage(ref string, env []string, probe func(lower1, lower2 string) string) (*ImageFacts, error) {
+	fail := func(err error) (*ImageFacts, error) {
+		return nil, fmt.Errorf("filesystem.tooling %q: %w", policy.ToolingImage+ref, err)
+	}
 	st, img, err := images.LookupDefault(ref)
 	if err != nil {
-		return nil, fmt.Errorf("filesystem.tooling %q: %w", policy.ToolingImage+ref, err)
+		return fail(err)
 	}
-	root, err := st.Root(img)
+	f := &ImageFacts{Ref: ref, Digest: img.Digest.String(), Env: slices.Clone(img.Config.Config.Env)}
+	overlay, why, err := ImageRootForm(st, env, probe)
 	if err != nil {
-		return nil, fmt.Errorf("filesystem.tooling %q: %w", policy.ToolingImage+ref, err)
+		return nil, err
 	}
-	f := &ImageFacts{Ref: ref, Digest: img.Digest.String(), Root: root, Env: slices.Clone(img.Config.Config.Env)}
 	if overlay {
-		if f.Layers, err = st.OverlayLayers(img); err != nil {
-			return nil, fmt.Errorf("filesystem.tooling %q: %w", policy.ToolingImage+ref, err)
+		layers, err := st.OverlayLayers(img)
+		if err == nil {
+			f.Root, f.Layers = st.LayeredRoot(img), layers
+			return f, nil
 		}
+		why = err.Error()
 	}
+	if f.Root, err = st.Root(img); err != nil {
+		return fail(err)
+	}
+	f.Why = why
 	return f, nil
 }
 
@@ -133,6 +193,11 @@ type GatherOptions struct {
 	// user namespaces cannot be made here ("" when they can): the root
 	// package passes nsjail.ProbeUserNamespaces.
 	ProbeUserns func() string
+	// ProbeOverlay, for an image's root, says why an overlayfs of two
+	// lower directories cannot be mounted in a sandbox's user namespace
+	// ("" when it can): the root package passes nsjail.ProbeOverlay.
+	// Nil: an image's root is its flattened tree.
+	ProbeOverlay func(lower1, lower2 string) string
 }
 
 // Gather reads the host facts Build needs for p. It changes nothing in the
@@ -170,7 +235,7 @@ func Gather(p *policy.Policy, o GatherOptions) (*Host, error) {
 		return nil, err
 	}
 	if ref, ok := p.Filesystem.ImageRef(); ok {
-		if h.Image, err = gatherImage(ref, slices.Contains(o.Env, ImageOverlayEnv+"=1")); err != nil {
+		if h.Image, err = gatherImage(ref, o.Env, o.ProbeOverlay); err != nil {
 			return nil, err
 		}
 	}
@@ -186,17 +251,19 @@ func Gather(p *policy.Policy, o GatherOptions) (*Host, error) {
 	}
 	h.CacheRoot = caches.Root()
 	if p.Filesystem.DefaultCaches {
-		h.Tools = FindTools(p, h.Env, h.Image)
+		h.Tools = FindTools(p, h.Env, h.Image, h.FS)
 	}
 	return h, nil
 }
 
 // FindTools looks for the executables of the built-in caches in the
-// tooling tree (image's root when it is not nil): in the directories of the PATH a command gets from env
-// under p (those inside the tooling tree), and in policy.ToolchainDirs. It
+// tooling tree (image's root when image is not nil, read on base: the
+// host's tree when nil): in the directories of the PATH a command gets
+// from env under p (those inside the tooling tree), and in
+// policy.ToolchainDirs. It
 // returns where each found one is, by name. A tool outside the tooling tree
 // (in the caller's home, say) is not visible inside and not found.
-func FindTools(p *policy.Policy, env []string, image *ImageFacts) map[string]string {
+func FindTools(p *policy.Policy, env []string, image *ImageFacts, base mounts.HostFS) map[string]string {
 	path := policy.DefaultPath
 	if e, err := p.Environment.CommandEnv(env, nil); err == nil {
 		for _, kv := range e {
@@ -219,6 +286,7 @@ func FindTools(p *policy.Policy, env []string, image *ImageFacts) map[string]str
 			path = v
 		}
 	}
+	fsys := image.FS(base)
 	dirs := append(filepath.SplitList(path), policy.ToolchainDirs...)
 	found := map[string]string{}
 	for _, b := range policy.BuiltinCaches {
@@ -237,7 +305,12 @@ func FindTools(p *policy.Policy, env []string, image *ImageFacts) map[string]str
 				} else if !inTooling(d) {
 					continue
 				}
-				if fi, err := os.Stat(host); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+				fi, err := os.Stat(host)
+				if isRootfs {
+					// Its symlinks lead where they do inside.
+					fi, err = mounts.StatIn(fsys, rootfs, filepath.Join(d, tool))
+				}
+				if err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
 					found[tool] = filepath.Join(d, tool)
 					break
 				}

@@ -61,7 +61,7 @@ func TestFindToolsInImage(t *testing.T) {
 	}
 	p := policy.Default()
 	p.Filesystem.Tooling = policy.ToolingImage + "example.test/node:1"
-	got := FindTools(p, []string{"PATH=/usr/local/go/bin:/usr/bin:/bin"}, &ImageFacts{Root: root, Env: []string{"PATH=/opt/node/bin:/usr/bin"}})
+	got := FindTools(p, []string{"PATH=/usr/local/go/bin:/usr/bin:/bin"}, &ImageFacts{Root: root, Env: []string{"PATH=/opt/node/bin:/usr/bin"}}, nil)
 	if got["npm"] != "/opt/node/bin/npm" {
 		t.Errorf("FindTools in an image with /opt/node/bin/npm on its PATH: npm = %q, want /opt/node/bin/npm (all: %v)", got["npm"], got)
 	}
@@ -69,5 +69,31 @@ func TestFindToolsInImage(t *testing.T) {
 		if where, ok := got[tool]; ok {
 			t.Errorf("FindTools in an image without %s found the host's at %s", tool, where)
 		}
+	}
+}
+
+// In an image whose root is its layers (never on the host as one tree),
+// the tools are found through the merged layers, an absolute symlink
+// resolved inside the image: /usr/bin/go -> /usr/lib/go/bin/go with the
+// link in one layer and the program in another.
+func TestFindToolsInLayers(t *testing.T) {
+	d := t.TempDir()
+	for _, p := range []string{"top/usr/bin", "low/usr/lib/go/bin"} {
+		if err := os.MkdirAll(filepath.Join(d, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(d, "low/usr/lib/go/bin/go"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/usr/lib/go/bin/go", filepath.Join(d, "top/usr/bin/go")); err != nil {
+		t.Fatal(err)
+	}
+	p := policy.Default()
+	p.Filesystem.Tooling = policy.ToolingImage + "example.test/go:1"
+	img := &ImageFacts{Root: filepath.Join(d, "merged"), Env: []string{"PATH=/usr/bin"},
+		Layers: []string{filepath.Join(d, "top"), filepath.Join(d, "low")}}
+	if got := FindTools(p, nil, img, nil); got["go"] != "/usr/bin/go" {
+		t.Errorf("FindTools in layers with /usr/bin/go -> /usr/lib/go/bin/go: go = %q, want /usr/bin/go (all: %v)", got["go"], got)
 	}
 }

@@ -106,8 +106,16 @@ type Image struct {
 	// it named in the store when the plan was made.
 	Ref    string `json:"ref"`
 	Digest string `json:"digest"`
-	// Root is the image's flattened tree on the host, bound read-only.
+	// Root is the image's root: the merged tree of its layers when
+	// Layers is set (a name, never on the host), else its flattened tree
+	// on the host, bound read-only.
 	Root string `json:"root"`
+	// Layers is how many of the image's layers its root's overlays stack
+	// (0: the flattened tree is bound).
+	Layers int `json:"layers,omitempty"`
+	// Flattened says why the root is the flattened tree ("" when it is the
+	// layers).
+	Flattened string `json:"flattened,omitempty"`
 }
 
 // Workspace is the workspace and its protection.

@@ -56,9 +56,16 @@ func TestImageRun(t *testing.T) {
 		if !strings.Contains(r.stdout, "digest: "+digest) || !strings.Contains(r.stdout, "not unpacked: /dev/null: character device 1:0") {
 			t.Errorf("pull output:\n%s%s", r.stdout, r.stderr)
 		}
-		logPath := filepath.Join(userDir(t), "security.log")
-		ownTree(t, o, filepath.Dir(logPath))
-		r = hutch(t, o, "run", "--security-log", logPath, "--image", tag, "--", "/bin/sh", "-c", `id -u
+		// The image's root as its layers (the default here) and as its
+		// flattened copy: the same checks.
+		for _, form := range []string{"layers", "flattened"} {
+			o := o
+			if form == "flattened" {
+				o.env = append(o.env, "HUTCH_IMAGE_ROOT=flattened")
+			}
+			logPath := filepath.Join(userDir(t), "security.log")
+			ownTree(t, o, filepath.Dir(logPath))
+			r = hutch(t, o, "run", "--security-log", logPath, "--image", tag, "--", "/bin/sh", "-c", `id -u
 grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status
 hello; echo "TOOLVAR=$TOOLVAR HOME=$HOME PATH=$PATH"; pwd
 cat /etc/os-release; cat /etc/shadow 2>&1; grep -c IMAGE-PASSWD /etc/passwd; grep -c sandbox /etc/passwd
@@ -66,33 +73,34 @@ touch /bin/x 2>&1; touch /opt/x 2>&1
 [ -e /usr/local/go ] || [ -e /usr/bin/python3 ] || [ -e /usr/lib/x86_64-linux-gnu ] && echo HOST-TOOLING-VISIBLE
 stat -c '%a %u' /setuid-tool; ./probe keyctl direct:80; echo ok > out.txt
 cat /var/lib/pkgs/status; cat /var/cache/x 2>&1; touch /var/lib/y 2>&1; true`)
-		mustCode(t, r, 0)
-		for _, want := range []string{"1000\n", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2",
-			"hello-from-image\n", "TOOLVAR=from-image HOME=/home/sandbox PATH=/opt/tool/bin:/bin\n", "/workspace\n", "ID=hutch-test-image\n",
-			"\n0\n1\n", "touch: /bin/x: Read-only file system", "touch: /opt/x: Read-only file system", "755 1000\n", "keyctl EPERM", "direct:80 EACCES",
-			"image-package-db\n", "cat: can't open '/var/cache/x': No such file or directory", "touch: /var/lib/y: Read-only file system"} {
-			if !strings.Contains(r.stdout, want) {
-				t.Errorf("missing %q in:\n%s\nstderr:\n%s", want, r.stdout, r.stderr)
+			mustCode(t, r, 0)
+			for _, want := range []string{"1000\n", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2",
+				"hello-from-image\n", "TOOLVAR=from-image HOME=/home/sandbox PATH=/opt/tool/bin:/bin\n", "/workspace\n", "ID=hutch-test-image\n",
+				"\n0\n1\n", "touch: /bin/x: Read-only file system", "touch: /opt/x: Read-only file system", "755 1000\n", "keyctl EPERM", "direct:80 EACCES",
+				"image-package-db\n", "cat: can't open '/var/cache/x': No such file or directory", "touch: /var/lib/y: Read-only file system"} {
+				if !strings.Contains(r.stdout, want) {
+					t.Errorf("%s: missing %q in:\n%s\nstderr:\n%s", form, want, r.stdout, r.stderr)
+				}
 			}
-		}
-		for _, bad := range []string{"IMAGE-SECRET", "HOST-TOOLING-VISIBLE"} {
-			if strings.Contains(r.stdout, bad) {
-				t.Errorf("%s in:\n%s", bad, r.stdout)
+			for _, bad := range []string{"IMAGE-SECRET", "HOST-TOOLING-VISIBLE"} {
+				if strings.Contains(r.stdout, bad) {
+					t.Errorf("%s in:\n%s", bad, r.stdout)
+				}
 			}
-		}
-		if b, err := os.ReadFile(filepath.Join(ws, "out.txt")); err != nil || string(b) != "ok\n" {
-			t.Errorf("workspace write: %q %v", b, err)
-		}
-		found := false
-		for _, ev := range logEvents(t, logPath) {
-			if ev["rule"] == "filesystem.tooling" {
-				d, _ := ev["detail"].(map[string]any)
-				found = d != nil && d["digest"] == digest && d["image"] == tag
+			if b, err := os.ReadFile(filepath.Join(ws, "out.txt")); err != nil || string(b) != "ok\n" {
+				t.Errorf("workspace write: %q %v", b, err)
 			}
-		}
-		if !found {
-			b, _ := os.ReadFile(logPath)
-			t.Errorf("no filesystem.tooling event with digest %s in the security log:\n%s", digest, b)
+			found := false
+			for _, ev := range logEvents(t, logPath) {
+				if ev["rule"] == "filesystem.tooling" {
+					d, _ := ev["detail"].(map[string]any)
+					found = d != nil && d["digest"] == digest && d["image"] == tag
+				}
+			}
+			if !found {
+				b, _ := os.ReadFile(logPath)
+				t.Errorf("%s: no filesystem.tooling event with digest %s in the security log:\n%s", form, digest, b)
+			}
 		}
 		r = hutch(t, o, "run", "--json", "--image", byDigest, "--", "hello")
 		mustCode(t, r, 0)
@@ -144,8 +152,11 @@ func TestImageRunPullsMissing(t *testing.T) {
 	}
 	noEtc, _ := reg.Push(t, "hutch-test/noetc:v1", tr.Image(t, v1.Config{}, tr.Layer(t,
 		tr.Entry{Name: "bin/busybox", Body: string(bb), Mode: 0o755}, tr.Entry{Name: "bin/true", Type: tar.TypeSymlink, Linkname: "busybox"})))
-	mustCode(t, hutch(t, opts{dir: ws}, "image", "pull", noEtc), 0)
-	r = hutch(t, opts{dir: ws}, "image", "inspect", noEtc)
+	// (The flattened root: HUTCH_IMAGE_ROOT=flattened, which the pull
+	// builds it for.)
+	flat := opts{dir: ws, env: []string{"HUTCH_IMAGE_ROOT=flattened"}}
+	mustCode(t, hutch(t, flat, "image", "pull", noEtc), 0)
+	r = hutch(t, flat, "image", "inspect", noEtc)
 	var in struct{ Root string }
 	if err := json.Unmarshal([]byte(r.stdout), &in); err != nil || in.Root == "" {
 		t.Fatalf("inspect: %v\n%s", err, r.stdout)
@@ -155,7 +166,7 @@ func TestImageRunPullsMissing(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The first run stores the plan hint that the next ones find.
-		r = hutch(t, opts{dir: ws}, "run", "--image", noEtc, "--", "true")
+		r = hutch(t, flat, "run", "--image", noEtc, "--", "true")
 		if r.code != 0 {
 			t.Errorf("run %d after the root was removed: exit %d %s", i, r.code, r.stderr)
 		}

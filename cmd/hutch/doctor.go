@@ -144,7 +144,7 @@ func diagnose(ctx context.Context) *doctorReport {
 	}
 	r.MCPServer = mcpServerStatus()
 	r.Container = diagnoseContainer(r.CanSandbox)
-	r.Images = imagesStatus(r.Overlayfs)
+	r.Images = imagesStatus()
 
 	// Per policy area.
 	if !r.CanSandbox {

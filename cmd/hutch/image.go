@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/hutchsandbox/hutch/images"
+	"github.com/hutchsandbox/hutch/nsjail"
 	"github.com/hutchsandbox/hutch/plan"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/terminal"
@@ -60,7 +61,7 @@ func imageCommand() *cli.Command {
 					if err != nil {
 						return fail(err)
 					}
-					printReport(rep)
+					printReport(rep, c.Bool("no-unpack"))
 					return nil
 				}),
 			},
@@ -70,13 +71,17 @@ func imageCommand() *cli.Command {
 				ArgsUsage: "FILE|DIR",
 				Flags:     []cli.Flag{&cli.StringFlag{Name: "tag", Usage: "name the image `REF` (default: the names the archive gives)"}},
 				Action: withStore(1, "import [--tag REF] FILE|DIR", func(c *cli.Context, st *images.Store) error {
+					flatten, err := flattenHere(st)
+					if err != nil {
+						return fail(err)
+					}
 					pr, stop := progress()
-					rep, err := st.Import(c.Context, c.Args().First(), images.ImportOptions{Tag: c.String("tag"), Progress: pr})
+					rep, err := st.Import(c.Context, c.Args().First(), images.ImportOptions{Tag: c.String("tag"), Progress: pr, Flatten: flatten})
 					stop()
 					if err != nil {
 						return fail(err)
 					}
-					printReport(rep)
+					printReport(rep, false)
 					return nil
 				}),
 			},
@@ -202,13 +207,26 @@ func ensureImage(ctx context.Context, p *policy.Policy) error {
 
 // pullImage pulls ref with progress on a terminal.
 func pullImage(ctx context.Context, st *images.Store, ref string, quiet, noUnpack bool) (*images.Report, error) {
+	flatten, err := flattenHere(st)
+	if err != nil {
+		return nil, err
+	}
 	pr, stop := progress()
 	defer stop()
-	rep, err := st.Pull(ctx, ref, images.PullOptions{Progress: pr, NoUnpack: noUnpack})
+	rep, err := st.Pull(ctx, ref, images.PullOptions{Progress: pr, NoUnpack: noUnpack, Flatten: flatten})
 	if err == nil && quiet && len(rep.Skipped) > 0 {
 		fmt.Fprintf(os.Stderr, "hutch: image %s: %d entries not unpacked (hutch image inspect lists them)\n", ref, len(rep.Skipped))
 	}
 	return rep, err
+}
+
+// flattenHere says whether an image stored in st needs its flattened
+// copy built when it is stored: where its root cannot be overlays of its
+// layers (plan.ImageRootForm), so that the first sandbox on it does not
+// build the copy.
+func flattenHere(st *images.Store) (bool, error) {
+	overlay, _, err := plan.ImageRootForm(st, os.Environ(), nsjail.ProbeOverlay)
+	return !overlay, err
 }
 
 // progress reports layer downloads on stderr when it is a terminal: one
@@ -276,14 +294,14 @@ func shortDigest(d string) string {
 	return d
 }
 
-func printReport(rep *images.Report) {
+func printReport(rep *images.Report, noUnpack bool) {
 	img := rep.Image
 	for _, n := range img.Names {
 		fmt.Printf("%s\n", n)
 	}
 	fmt.Printf("digest: %s\n", img.Digest)
 	fmt.Printf("layers: %d fetched (%s), %d already stored\n", len(rep.Fetched), mib(rep.Bytes), len(rep.Present))
-	if rep.Root == "" {
+	if noUnpack {
 		fmt.Println("not unpacked yet: the first sandbox on the image unpacks it")
 	}
 	for _, s := range rep.Skipped {
@@ -298,30 +316,31 @@ func printRemoved(rm *images.Removed) {
 	fmt.Printf("deleted %d layers, %d blobs, %s\n", len(rm.Layers), len(rm.Blobs), mib(rm.Bytes))
 }
 
-// imagesStatus is hutch doctor's line on the image store.
-//
-// overlayfs is doctor's overlayfs row (probeReview): "ok: ..." when an
-// overlayfs mounts in a sandbox's user namespace here.
-func imagesStatus(overlayfs string) string {
+// imagesStatus is hutch doctor's line on the image store and on what an
+// image's root is here (plan.ImageRootForm: the probe's verdict, cached
+// once per boot in the store).
+func imagesStatus() string {
 	d := images.DefaultDir()
 	if d == "" {
 		return "no image store: " + images.ErrNoStore.Error()
 	}
-	n := 0
-	if st, err := os.Stat(d); err == nil && st.IsDir() {
-		if s, err := images.Open(d); err == nil {
-			es, _ := s.List()
-			n = len(es)
-		}
+	if st, err := os.Stat(d); err != nil || !st.IsDir() {
+		return "no image store yet (" + d + " is made by the first hutch image pull, import or build; whether an image's root can be overlays of its layers is probed then)"
 	}
-	head := fmt.Sprintf("store %s (%d names); ", d, n)
-	if os.Getenv(plan.ImageOverlayEnv) != "1" {
-		return head + "an image's root is a flattened tree of hard links to its unpacked layers, bound read-only (" + plan.ImageOverlayEnv + "=1 makes it read-only overlays of its layers: see docs/IMAGES.md)"
+	s, err := images.Open(d)
+	if err != nil {
+		return "image store: " + err.Error()
 	}
-	if !strings.HasPrefix(overlayfs, "ok:") {
-		return head + plan.ImageOverlayEnv + "=1 asks for an image's root as overlays of its layers, but overlayfs does not mount in a sandbox's user namespace here (" + overlayfs + "): unset it to use the flattened tree"
+	es, _ := s.List()
+	head := fmt.Sprintf("store %s (%d names); ", d, len(es))
+	overlay, why, err := plan.ImageRootForm(s, os.Environ(), nsjail.ProbeOverlay)
+	switch {
+	case err != nil:
+		return head + err.Error()
+	case overlay:
+		return head + "an image's root is read-only overlays of its layers (overlayfs mounts in a sandbox's user namespace here with the store's file system as its lower layers; a directory one layer makes is bound from that layer; " + plan.ImageRootEnv + "=flattened uses a flattened copy instead)"
 	}
-	return head + "an image's root is read-only overlays of its layers (" + plan.ImageOverlayEnv + "=1; overlayfs mounts in a user namespace here), a directory only one layer holds bound from its flattened tree"
+	return head + "an image's root is a flattened copy of its layers (a tree of hard links, built at the pull), bound read-only, not overlays of its layers: " + why
 }
 
 // inspected is hutch image inspect's object.
@@ -337,7 +356,9 @@ type inspected struct {
 	Entrypoint   []string         `json:"entrypoint,omitempty"`
 	Cmd          []string         `json:"cmd,omitempty"`
 	Layers       []inspectedLayer `json:"layers"`
-	Root         string           `json:"root,omitempty"`
+	// Root is the flattened copy of its layers, when one was built
+	// (where its root cannot be overlays of its layers).
+	Root string `json:"root,omitempty"`
 }
 
 type inspectedLayer struct {
@@ -348,6 +369,9 @@ type inspectedLayer struct {
 	Whiteouts []string `json:"whiteouts,omitempty"`
 	Opaque    []string `json:"opaque,omitempty"`
 	Skipped   []string `json:"not_unpacked,omitempty"`
+	// NotOverlay says why the layer's tree lacks overlayfs's markers
+	// (images.LayerMeta.OverlayWhy): images using it get a flattened root.
+	NotOverlay string `json:"not_overlay,omitempty"`
 }
 
 func inspect(st *images.Store, img *images.Image) inspected {
@@ -355,12 +379,12 @@ func inspect(st *images.Store, img *images.Image) inspected {
 	in := inspected{Names: img.Names, Digest: img.Digest.String(), Created: c.Created.Time, OS: c.OS, Architecture: c.Architecture,
 		Env: c.Config.Env, WorkingDir: c.Config.WorkingDir, User: c.Config.User, Entrypoint: c.Config.Entrypoint, Cmd: c.Config.Cmd}
 	if root, ok := st.BuiltRoot(img); ok {
-		in.Root = root // "" when not unpacked yet (pull --no-unpack)
+		in.Root = root // "" when none was built (its root is its layers, or it is not unpacked yet)
 	}
 	for _, l := range img.Layers {
 		il := inspectedLayer{Digest: l.Digest.String(), DiffID: l.DiffID.String(), Size: l.Size, MediaType: l.MediaType}
 		if m, err := st.Meta(l); err == nil {
-			il.Whiteouts, il.Opaque, il.Skipped = m.Whiteouts, m.Opaque, m.Skipped
+			il.Whiteouts, il.Opaque, il.Skipped, il.NotOverlay = m.Whiteouts, m.Opaque, m.Skipped, m.OverlayWhy
 		}
 		in.Layers = append(in.Layers, il)
 	}

@@ -47,7 +47,7 @@ func planCommand() *cli.Command {
 			if c.NArg() > 0 {
 				req = &plan.Request{Argv: c.Args().Slice(), Cwd: c.String("cwd"), HostCwd: hostCwd(), ExtraEnv: c.StringSlice("env")}
 			}
-			h, err := plan.Gather(p, plan.GatherOptions{Env: os.Environ(), SecurityLog: logPath, ProbeUserns: nsjail.ProbeUserNamespaces})
+			h, err := plan.Gather(p, plan.GatherOptions{Env: os.Environ(), SecurityLog: logPath, ProbeUserns: nsjail.ProbeUserNamespaces, ProbeOverlay: nsjail.ProbeOverlay})
 			if err != nil {
 				return &exitError{hutch.ExitSetup, "hutch: cannot plan the sandbox: " + err.Error()}
 			}
