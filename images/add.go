@@ -63,14 +63,18 @@ type AddOptions struct {
 	// Flatten builds the flattened root too (Report.Root): for where the
 	// image's root cannot be overlays of its layers (Store.OverlayUsable
 	// says no). Without it only the layers are unpacked, and Root builds
-	// the flattened tree when it is first asked for. NoUnpack overrides it.
+	// the flattened tree when it is first asked for, unless a layer could
+	// not be given overlayfs's form (LayerMeta.OverlayWhy): the image then
+	// needs the flattened tree wherever it runs, and Add builds it.
+	// NoUnpack overrides it.
 	Flatten bool
 }
 
 // Add stores img: its manifest, config and every layer the store lacks,
 // each checked against its digest (the compressed blob against the
 // manifest's digest, the unpacked tar against the config's diff id)
-// before it is kept; then (o.Flatten) it builds the image's flattened root,
+// before it is kept; then (o.Flatten, or a layer without overlayfs's form)
+// it builds the image's flattened root,
 // and points the names at it. A layer already stored is not read from img
 // at all.
 func (s *Store) Add(ctx context.Context, img v1.Image, o AddOptions) (*Report, error) {
@@ -170,7 +174,15 @@ func (s *Store) Add(ctx context.Context, img v1.Image, o AddOptions) (*Report, e
 				}
 			}
 		}
-		if o.Flatten {
+		flatten := o.Flatten
+		for _, l := range ls {
+			// A layer without overlayfs's form (its markers refused here)
+			// makes the image's root the flattened tree wherever it runs.
+			if m, err := s.Meta(l); err == nil && m.OverlayWhy != "" {
+				flatten = true
+			}
+		}
+		if flatten {
 			t0 := time.Now()
 			if rep.Root, err = s.buildRoot(stored); err != nil {
 				return nil, err

@@ -332,7 +332,11 @@ func imagesStatus() string {
 		return "image store: " + err.Error()
 	}
 	es, _ := s.List()
-	head := fmt.Sprintf("store %s (%d names); ", d, len(es))
+	names := "names"
+	if len(es) == 1 {
+		names = "name"
+	}
+	head := fmt.Sprintf("store %s (%d %s); ", d, len(es), names)
 	overlay, why, err := plan.ImageRootForm(s, os.Environ(), nsjail.ProbeOverlay)
 	switch {
 	case err != nil:
@@ -340,7 +344,7 @@ func imagesStatus() string {
 	case overlay:
 		return head + "an image's root is read-only overlays of its layers (overlayfs mounts in a sandbox's user namespace here with the store's file system as its lower layers; a directory one layer makes is bound from that layer; " + plan.ImageRootEnv + "=flattened uses a flattened copy instead)"
 	}
-	return head + "an image's root is a flattened copy of its layers (a tree of hard links, built at the pull), bound read-only, not overlays of its layers: " + why
+	return head + "an image's root is a flattened copy of its layers (a tree of hard links, built when it is stored), bound read-only, not overlays of its layers: " + why
 }
 
 // inspected is hutch image inspect's object.
