@@ -7,6 +7,7 @@
 package vm
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"debug/elf"
@@ -15,10 +16,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	gcrname "github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	tr "github.com/hutchsandbox/hutch/internal/testregistry"
 )
 
 // vmTimeout is run.sh's hard limit on one qemu run, in seconds.
@@ -45,9 +53,10 @@ func TestVM(t *testing.T) {
 	}
 	t.Logf("qemu and packages ready in %.1fs:\n%s", time.Since(start).Seconds(), strings.TrimSpace(out))
 
+	images := smokeImages(t)
 	for _, sc := range scenarios {
 		t.Run(sc, func(t *testing.T) {
-			boot(t, sc, sc, []string{hutch + ":/hutch", "smoke.sh:/smoke.sh"}, "/bin/sh", "/smoke.sh")
+			boot(t, sc, sc, append([]string{hutch + ":/hutch", "smoke.sh:/smoke.sh"}, images...), "/bin/sh", "/smoke.sh")
 		})
 	}
 
@@ -85,6 +94,44 @@ func TestVM(t *testing.T) {
 			packageTests(t, "cgroup", sc, "cgroup-"+sc, "")
 		})
 	}
+}
+
+// smokeImages writes the docker-archive tarballs smoke.sh imports (run.sh's
+// FILE:DEST arguments for them): img-plain, busybox and two layers that
+// share /opt (the upper one whiting out a lower file and replacing
+// another), and img-opaque, the same with an opaque directory in the upper
+// layer.
+func smokeImages(t *testing.T) []string {
+	t.Helper()
+	dir := t.TempDir()
+	lower := tr.Layer(t,
+		tr.Entry{Name: "opt/", Type: tar.TypeDir},
+		tr.Entry{Name: "opt/f", Body: "lower\n"},
+		tr.Entry{Name: "opt/gone", Body: "lower\n"},
+		tr.Entry{Name: "opt/keep", Body: "keep\n"},
+		tr.Entry{Name: "opt/opq/", Type: tar.TypeDir},
+		tr.Entry{Name: "opt/opq/hidden", Body: "lower\n"})
+	upper := []tr.Entry{
+		{Name: "opt/", Type: tar.TypeDir},
+		{Name: "opt/f", Body: "upper\n"},
+		{Name: "opt/.wh.gone"}}
+	var files []string
+	for name, entries := range map[string][]tr.Entry{
+		"plain":  upper,
+		"opaque": append(slices.Clone(upper), tr.Entry{Name: "opt/opq/", Type: tar.TypeDir}, tr.Entry{Name: "opt/opq/.wh..wh..opq"}, tr.Entry{Name: "opt/opq/new", Body: "upper\n"}),
+	} {
+		img := tr.Image(t, v1.Config{Env: []string{"PATH=/bin"}}, tr.Busybox(t), lower, tr.Layer(t, entries...))
+		ref, err := gcrname.NewTag("vm.test/" + name + ":1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(dir, "img-"+name+".tar")
+		if err := tarball.WriteToFile(f, ref, img); err != nil {
+			t.Fatalf("write %s: %v", f, err)
+		}
+		files = append(files, f+":/img-"+name+".tar")
+	}
+	return files
 }
 
 // packageTests builds the tests of package pkg (static, CGO_ENABLED=0: the
