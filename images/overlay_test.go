@@ -2,9 +2,12 @@ package images
 
 import (
 	"context"
+	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -12,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	tr "github.com/hutchsandbox/hutch/internal/testregistry"
+	"github.com/hutchsandbox/hutch/mounts"
 )
 
 // A pulled layer is in overlay form as it is unpacked: its fs/ is the
@@ -97,6 +101,53 @@ func compareOverlay(t *testing.T, lowers []string, want string) {
 	if string(out) != string(flat) {
 		t.Errorf("the overlay shows\n%s\nthe flattened root\n%s", out, flat)
 	}
+	// The merged view the mount plan reads (mounts.ImageFS) is the same.
+	flatLines := strings.Split(strings.TrimSpace(string(flat)), "\n")
+	sort.Strings(flatLines)
+	if view, want := listImageFS(t, lowers), strings.Join(flatLines, "\n")+"\n"; view != want {
+		t.Errorf("mounts.ImageFS shows\n%s\nthe flattened root\n%s", view, want)
+	}
+}
+
+// listImageFS lists the merged tree of lowers as mounts.ImageFS shows it,
+// in compareOverlay's find(1) format.
+func listImageFS(t *testing.T, lowers []string) string {
+	t.Helper()
+	root := "/nonexistent/merged"
+	f := &mounts.ImageFS{Root: root, Layers: lowers}
+	var lines []string
+	var walk func(rel string)
+	walk = func(rel string) {
+		fi, err := f.Lstat(filepath.Join(root, rel))
+		if err != nil {
+			t.Errorf("ImageFS lstat %s: %v", rel, err)
+			return
+		}
+		kind := map[fs.FileMode]string{0: "f", fs.ModeDir: "d", fs.ModeSymlink: "l", fs.ModeNamedPipe: "p"}[fi.Mode().Type()]
+		if kind == "" {
+			kind = "?"
+		}
+		mode := uint32(fi.Mode().Perm())
+		if fi.Mode()&fs.ModeSticky != 0 {
+			mode |= 0o1000
+		}
+		lines = append(lines, fmt.Sprintf("%s %s %o %d", "./"+rel, kind, mode, fi.Size()))
+		if !fi.IsDir() {
+			return
+		}
+		names, err := f.ReadDirNames(filepath.Join(root, rel))
+		if err != nil {
+			t.Errorf("ImageFS readdir %s: %v", rel, err)
+			return
+		}
+		for _, n := range names {
+			walk(filepath.Join(rel, n))
+		}
+	}
+	walk("")
+	lines[0] = strings.Replace(lines[0], "./ ", ". ", 1)
+	sort.Strings(lines)
+	return strings.Join(lines, "\n") + "\n"
 }
 
 // noCommand: the unshare command is missing.
