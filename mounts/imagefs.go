@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -31,6 +32,11 @@ type ImageFS struct {
 	Root string
 	// Layers are the layers' directories on the host, topmost first.
 	Layers []string
+
+	// memo holds the entries looked up (entry), by path beneath Root: the
+	// layers do not change while a plan is made from them. An ImageFS is
+	// therefore for one plan at a time, and not for concurrent use.
+	memo map[string]merged
 }
 
 func (f *ImageFS) base() HostFS {
@@ -101,53 +107,67 @@ func (f *ImageFS) step(dirs []string, c string) (top string, topInfo fs.FileInfo
 	return top, topInfo, sub, nil
 }
 
+// merged is one entry of the merged tree, as entry found it.
+type merged struct {
+	top  string      // the host path of the layer entry it shows
+	info fs.FileInfo // its lstat
+	sub  []string    // the layers' directories that make it, when it is a directory
+	err  error       // fs.ErrNotExist, syscall.ENOTDIR, or a layer's lstat error
+}
+
+// entry finds the merged entry rel, going down from its parent's (each
+// entry looked up once per ImageFS: the plan asks for the same
+// directories over and over, and every step down costs a stat and an
+// xattr read per layer).
+func (f *ImageFS) entry(rel string) merged {
+	if m, ok := f.memo[rel]; ok {
+		return m
+	}
+	var m merged
+	switch {
+	case len(f.Layers) == 0:
+		m.err = fs.ErrNotExist
+	case rel == "":
+		m.top, m.sub = f.Layers[0], f.Layers
+		m.info, m.err = f.base().Lstat(f.Layers[0])
+	default:
+		dir, name := path.Split(rel)
+		parent := f.entry(strings.TrimSuffix(dir, "/"))
+		switch {
+		case parent.err != nil:
+			m.err = parent.err
+		case parent.sub == nil:
+			m.err = syscall.ENOTDIR
+		default:
+			m.top, m.info, m.sub, m.err = f.step(parent.sub, name)
+			if m.err == nil && m.top == "" {
+				m.err = fs.ErrNotExist
+			}
+		}
+	}
+	if f.memo == nil {
+		f.memo = map[string]merged{}
+	}
+	f.memo[rel] = m
+	return m
+}
+
 // lookup finds the merged entry rel: the host path of the layer entry it
 // shows, and its lstat.
 func (f *ImageFS) lookup(rel string) (string, fs.FileInfo, error) {
-	if len(f.Layers) == 0 {
-		return "", nil, fs.ErrNotExist
-	}
-	if rel == "" {
-		fi, err := f.base().Lstat(f.Layers[0])
-		return f.Layers[0], fi, err
-	}
-	dirs := f.Layers
-	parts := strings.Split(rel, "/")
-	for i, c := range parts {
-		top, fi, sub, err := f.step(dirs, c)
-		if err != nil {
-			return "", nil, err
-		}
-		if top == "" {
-			return "", nil, fs.ErrNotExist
-		}
-		if i == len(parts)-1 {
-			return top, fi, nil
-		}
-		if sub == nil {
-			return "", nil, syscall.ENOTDIR
-		}
-		dirs = sub
-	}
-	return "", nil, fs.ErrNotExist
+	m := f.entry(rel)
+	return m.top, m.info, m.err
 }
 
 // Dirs are the layers' directories that make the merged directory rel
 // (relative to Root), topmost first: the lower layers of an overlay that
 // shows it. None when rel is not a directory in the merged tree.
 func (f *ImageFS) Dirs(rel string) []string {
-	dirs := f.Layers
-	if rel == "" {
-		return dirs
+	m := f.entry(rel)
+	if m.err != nil {
+		return nil
 	}
-	for _, c := range strings.Split(rel, "/") {
-		_, _, sub, err := f.step(dirs, c)
-		if err != nil || sub == nil {
-			return nil
-		}
-		dirs = sub
-	}
-	return dirs
+	return m.sub
 }
 
 // Real is the host path of the layer entry that the merged entry p (beneath
