@@ -63,6 +63,9 @@ func TestImageOverlay(t *testing.T) {
 		if _, err := os.Stat(roots); err == nil {
 			t.Errorf("%s exists: the pull or the run built a flattened copy of an image whose root is its layers", roots)
 		}
+		if r := hutch(t, o, "plan", "--image", tag); !strings.Contains(r.stdout, "its root read-only overlays of its 3 layers") {
+			t.Errorf("hutch plan does not say the root is the image's 3 layers:\n%s%s", r.stdout, r.stderr)
+		}
 		o.env = append(o.env, "HUTCH_IMAGE_ROOT=flattened")
 		r = hutch(t, o, "run", "--image", tag, "--", "/bin/sh", "-c", script)
 		mustCode(t, r, 0)
@@ -71,6 +74,9 @@ func TestImageOverlay(t *testing.T) {
 		}
 		if _, err := os.Stat(roots); err != nil {
 			t.Errorf("HUTCH_IMAGE_ROOT=flattened: no flattened copy: %v", err)
+		}
+		if r := hutch(t, o, "plan", "--image", tag); !strings.Contains(r.stdout, "its root the flattened copy") || !strings.Contains(r.stdout, "HUTCH_IMAGE_ROOT=flattened is set") {
+			t.Errorf("HUTCH_IMAGE_ROOT=flattened: hutch plan does not say the root is the flattened copy and why:\n%s%s", r.stdout, r.stderr)
 		}
 		o.env = append(o.env, "HUTCH_IMAGE_ROOT=layered")
 		r = hutch(t, o, "run", "--image", tag, "--", "true")

@@ -97,6 +97,13 @@ func printPlan(w io.Writer, sb *plan.Sandbox) {
 	for _, u := range ws.Unprotected {
 		item("not protected: %s", u)
 	}
+	if im := sb.Image; im != nil {
+		if im.Layers > 0 {
+			sec("image", "%s (%s): its root read-only overlays of its %d layers (docs/IMAGES.md)", im.Ref, im.Digest, im.Layers)
+		} else {
+			sec("image", "%s (%s): its root the flattened copy %s, bound read-only: %s", im.Ref, im.Digest, im.Root, im.Flattened)
+		}
+	}
 	id := sb.Identity
 	if sb.Isolation == policy.IsolationLandlock {
 		sec("isolation", "landlock: no namespaces; the host's filesystem, processes and network, restricted by Landlock and seccomp (docs/ISOLATION.md); unlike namespaces:")
