@@ -84,15 +84,12 @@ func (sx *Sandbox) in(ctx context.Context, parent *images.Image, script string, 
 	}
 	defer removeAll(tmp)
 	b := &mounts.BuildRoot{Root: root, Upper: filepath.Join(tmp, "upper"), Work: filepath.Join(tmp, "work")}
-	dirs, err := mounts.BuildDirs(root)
+	dirs, err := b.Dirs(nil)
 	if err != nil {
 		return err
 	}
-	for _, d := range dirs {
-		fi, err := os.Stat(filepath.Join(root, d))
-		if err != nil {
-			return err
-		}
+	for _, fi := range dirs {
+		d := fi.Name()
 		for _, p := range []string{filepath.Join(b.Upper, d), filepath.Join(b.Work, d)} {
 			if err := os.MkdirAll(p, 0o700); err != nil {
 				return err
