@@ -2,6 +2,7 @@ package imagebuild
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -118,5 +119,34 @@ func TestStepRoot(t *testing.T) {
 	}
 	if _, err := (&Sandbox{Store: st, Env: []string{"HUTCH_IMAGE_ROOT=layered"}}).stepRoot(parent, filepath.Join(dir, "bad")); err == nil || !strings.Contains(err.Error(), "HUTCH_IMAGE_ROOT") {
 		t.Errorf("HUTCH_IMAGE_ROOT=layered: %v, want the variable named", err)
+	}
+
+	// A parent with a layer its unpack could not give overlayfs's form
+	// (as meta.json records it): the flattened copy, though overlays mount.
+	h, err = v1.NewHash(lock.Steps[0].Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := st.Get(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := first.Layers[len(first.Layers)-1]
+	meta := filepath.Join(st.Dir, "layers", "sha256", top.DiffID.Hex, "meta.json")
+	m, err := st.Meta(top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.OverlayForm, m.OverlayWhy = false, "refused here"
+	b2, _ := json.Marshal(m)
+	if err := os.WriteFile(meta, b2, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err = (&Sandbox{Store: st, ProbeOverlay: ok}).stepRoot(first, filepath.Join(dir, "not-overlay"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, built := st.BuiltRoot(first); !built || b.Root != r || b.Layers != nil {
+		t.Errorf("a layer without overlayfs's form: %+v, want the flattened copy (built: %v %s)", b, built, r)
 	}
 }
