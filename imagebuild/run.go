@@ -11,17 +11,18 @@ import (
 	"github.com/hutchsandbox/hutch"
 	"github.com/hutchsandbox/hutch/images"
 	"github.com/hutchsandbox/hutch/mounts"
+	"github.com/hutchsandbox/hutch/plan"
 	"github.com/hutchsandbox/hutch/policy"
 )
 
 // Sandbox runs run steps in hutch sandboxes (hutch.Run): the parent
-// image's flattened root, each of its top-level directories the lower
-// layer of an overlay whose upper directory collects the step's writes
-// (mounts.Spec.Build), the command uid 0 with CAP_CHOWN, CAP_DAC_OVERRIDE
-// and CAP_FOWNER in its own one-id user namespace, chown without effect,
-// the network only through the egress proxy with the spec's allowlist,
-// every other protection as in hutch run. The upper directory becomes the
-// step's layer (upperLayer).
+// image's root (its layers, or its flattened copy: stepRoot), each of its
+// top-level directories the lower layer (or layers) of an overlay whose
+// upper directory collects the step's writes (mounts.Spec.Build), the
+// command uid 0 with CAP_CHOWN, CAP_DAC_OVERRIDE and CAP_FOWNER in its own
+// one-id user namespace, chown without effect, the network only through
+// the egress proxy with the spec's allowlist, every other protection as in
+// hutch run. The upper directory becomes the step's layer (upperLayer).
 type Sandbox struct {
 	Store *images.Store
 	// Exe is the hutch binary ("" = /proc/self/exe).
@@ -30,6 +31,14 @@ type Sandbox struct {
 	Out io.Writer
 	// SpecFile names the spec in the allowlist's reasons.
 	SpecFile string
+	// Env is hutch's environment (os.Environ() for the CLI): its
+	// HUTCH_IMAGE_ROOT (plan.ImageRootEnv) chooses a step's root as it
+	// chooses hutch run's.
+	Env []string
+	// ProbeOverlay is nsjail.ProbeOverlay (plan.ImageRootForm): where it
+	// finds that overlayfs mounts here, a step's root is overlays of the
+	// parent's layers. Nil: the parent's flattened copy.
+	ProbeOverlay func(lower1, lower2 string) string
 }
 
 // aptConf is what apt gets in a run step (APT_CONFIG): apt runs its
@@ -74,34 +83,14 @@ func (sx *Sandbox) Versions(ctx context.Context, img *images.Image) (map[string]
 // in runs script in a build sandbox on parent, then done on the upper
 // directory (nil: discarded).
 func (sx *Sandbox) in(ctx context.Context, parent *images.Image, script string, allow []string, out io.Writer, done func(upper string) error) error {
-	root, err := sx.Store.Root(parent)
-	if err != nil {
-		return err
-	}
 	tmp, err := os.MkdirTemp(filepath.Join(sx.Store.Dir, "tmp"), "build-run-")
 	if err != nil {
 		return err
 	}
 	defer removeAll(tmp)
-	b := &mounts.BuildRoot{Root: root, Upper: filepath.Join(tmp, "upper"), Work: filepath.Join(tmp, "work")}
-	dirs, err := mounts.BuildDirs(root)
+	b, err := sx.stepRoot(parent, tmp)
 	if err != nil {
 		return err
-	}
-	for _, d := range dirs {
-		fi, err := os.Stat(filepath.Join(root, d))
-		if err != nil {
-			return err
-		}
-		for _, p := range []string{filepath.Join(b.Upper, d), filepath.Join(b.Work, d)} {
-			if err := os.MkdirAll(p, 0o700); err != nil {
-				return err
-			}
-		}
-		// The upper directory's mode is the merged directory's.
-		if err := os.Chmod(filepath.Join(b.Upper, d), fi.Mode().Perm()|fi.Mode()&os.ModeSticky); err != nil {
-			return err
-		}
 	}
 	// The workspace, an empty scratch directory outside hutch's own (a
 	// workspace there is refused), and apt's configuration: not captured.
@@ -149,6 +138,53 @@ func (sx *Sandbox) in(ctx context.Context, parent *images.Image, script string, 
 		return nil
 	}
 	return done(b.Upper)
+}
+
+// stepRoot is the root of a build step on parent, its writable layer in
+// tmp (upper/ and work/, with a directory each for every top-level
+// directory of the root, made here). The overlays' lower layers are
+// parent's layers where plan.ImageRootForm says so (sx.Env,
+// sx.ProbeOverlay) and every layer has overlayfs's form
+// (images.Store.OverlayLayers), else parent's flattened copy, built when
+// it is missing (images.Store.Root). Either way the step sees the same
+// tree and its writes land in upper/ alike, so its layer does not depend
+// on which.
+func (sx *Sandbox) stepRoot(parent *images.Image, tmp string) (*mounts.BuildRoot, error) {
+	b := &mounts.BuildRoot{Upper: filepath.Join(tmp, "upper"), Work: filepath.Join(tmp, "work")}
+	overlay, _, err := plan.ImageRootForm(sx.Store, sx.Env, sx.ProbeOverlay)
+	if err != nil {
+		return nil, fmt.Errorf("the step's root: %w", err)
+	}
+	if overlay {
+		// A layer without overlayfs's form: the flattened copy, as for
+		// hutch run (plan's gatherImage).
+		if layers, err := sx.Store.OverlayLayers(parent); err == nil {
+			b.Root, b.Layers = sx.Store.LayeredRoot(parent), layers
+		}
+	}
+	if len(b.Layers) == 0 {
+		if b.Root, err = sx.Store.Root(parent); err != nil {
+			return nil, fmt.Errorf("the step's root: %w", err)
+		}
+	}
+	dirs, err := b.Dirs(nil)
+	if err != nil {
+		return nil, fmt.Errorf("the step's root: %w", err)
+	}
+	for _, fi := range dirs {
+		d := fi.Name()
+		for _, p := range []string{filepath.Join(b.Upper, d), filepath.Join(b.Work, d)} {
+			if err := os.MkdirAll(p, 0o700); err != nil {
+				return nil, fmt.Errorf("the step's layer: %w", err)
+			}
+		}
+		// The upper directory's mode is the merged directory's (as Dirs
+		// reads it: with Layers, the topmost layer's).
+		if err := os.Chmod(filepath.Join(b.Upper, d), fi.Mode().Perm()|fi.Mode()&os.ModeSticky); err != nil {
+			return nil, fmt.Errorf("the step's layer: %w", err)
+		}
+	}
+	return b, nil
 }
 
 // stepPolicy is a run step's policy: hutch's default with the workspace

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
 
 	tr "github.com/hutchsandbox/hutch/internal/testregistry"
@@ -116,6 +117,35 @@ func TestOverlayLayersOpaqueRoot(t *testing.T) {
 	dirs := s.LayerDirs(rep.Image)
 	if len(lowers) != 2 || lowers[0] != dirs[3] || lowers[1] != dirs[2] {
 		t.Fatalf("lowers %q, want the top two layers' (of %q)", lowers, dirs)
+	}
+	compareOverlay(t, lowers, rep.Root)
+}
+
+// A layer that recurs in an image (the same diff id twice, as two
+// identical copy steps of a build make) is stacked once, at its topmost
+// place: overlayfs refuses one directory twice in lowerdir, and the
+// topmost occurrence shows or hides everything the lower one would (here
+// the upper a/f again over the middle layer's whiteout of it).
+func TestOverlayLayersRepeated(t *testing.T) {
+	s, _ := Open(storeDir(t))
+	again := func() v1.Layer { return tr.Layer(t, E{Name: "a/", Type: tar.TypeDir}, E{Name: "a/f", Body: "f\n"}) }
+	rep := addImage(t, s, AddOptions{Flatten: true},
+		again(),
+		tr.Layer(t, E{Name: "a/", Type: tar.TypeDir}, E{Name: "a/.wh.f"}, E{Name: "a/g", Body: "g\n"}),
+		again())
+	dirs := s.LayerDirs(rep.Image)
+	if dirs[0] != dirs[2] {
+		t.Fatalf("the repeated layer has two trees: %q", dirs)
+	}
+	lowers, err := s.OverlayLayers(rep.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lowers) != 2 || lowers[0] != dirs[2] || lowers[1] != dirs[1] {
+		t.Fatalf("lowers %q, want the repeated layer once, on top, then the middle one (of %q)", lowers, dirs)
+	}
+	if b, err := os.ReadFile(filepath.Join(rep.Root, "a", "f")); err != nil || string(b) != "f\n" {
+		t.Errorf("the flattened a/f: %q %v, want the top layer's", b, err)
 	}
 	compareOverlay(t, lowers, rep.Root)
 }

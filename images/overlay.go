@@ -29,7 +29,12 @@ const overlayOpaque = "user.overlay.opaque"
 //
 // The list stops at the topmost layer with an opaque root (".wh..wh..opq"
 // at the layer's top): nothing below it shows, and overlayfs itself does
-// not read the opaque mark of a layer's root directory.
+// not read the opaque mark of a layer's root directory. A layer that
+// recurs (one diff id twice: two identical build steps) is listed once,
+// at its topmost place: overlayfs refuses one directory twice in lowerdir
+// ("conflicting lowerdir path"), and the topmost occurrence shows or
+// hides everything the lower ones would (they hold the same entries,
+// whiteouts and opaque marks), so the merged tree is the same.
 func (s *Store) OverlayLayers(img *Image) ([]string, error) {
 	unlock, err := s.lock(false)
 	if err != nil {
@@ -37,6 +42,7 @@ func (s *Store) OverlayLayers(img *Image) ([]string, error) {
 	}
 	defer unlock()
 	var out []string
+	listed := map[string]bool{}
 	for i := len(img.Layers) - 1; i >= 0; i-- {
 		l := img.Layers[i]
 		if !s.hasLayer(l.DiffID) {
@@ -48,7 +54,10 @@ func (s *Store) OverlayLayers(img *Image) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", img.Digest, err)
 		}
-		out = append(out, d)
+		if !listed[d] {
+			listed[d] = true
+			out = append(out, d)
+		}
 		if slices.Contains(m.Opaque, "") {
 			break
 		}

@@ -3,6 +3,7 @@ package mounts
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -43,12 +44,13 @@ type Spec struct {
 	// Build, when set, is the root of an image build's run step (hutch
 	// image build; never from a policy): Tooling is ignored, and every
 	// top-level directory of Build.Root except those hutch provides
-	// (buildSkip) is the lower layer of an overlay whose writable layer
-	// is Build.Upper/NAME and Build.Work/NAME (which the caller makes), so
-	// that the step's writes anywhere in the image land in Build.Upper,
-	// which becomes the step's layer. The image's /etc, /var, /home and
-	// /root are overlays like the rest: no mask, no synthesized files, no
-	// HOME tmpfs (HOME is the image's /root).
+	// (buildSkip) is the lower layer of an overlay (with Build.Layers, the
+	// parent's layers' directories that make it are) whose writable layer
+	// is Build.Upper/NAME and Build.Work/NAME (which the caller makes,
+	// BuildRoot.Dirs), so that the step's writes anywhere in the image
+	// land in Build.Upper, which becomes the step's layer. The image's
+	// /etc, /var, /home and /root are overlays like the rest: no mask, no
+	// synthesized files, no HOME tmpfs (HOME is the image's /root).
 	Build *BuildRoot
 	// ImageLayers, with Tooling "rootfs:DIR", make DIR an image's root
 	// read from its overlay-native layers, topmost first
@@ -62,14 +64,22 @@ type Spec struct {
 	ImageLayers []string
 }
 
-// BuildRoot is an image build step's root: the parent image's flattened
-// tree (Root, read-only) and the writable layer its writes go to, one
-// upper and work directory per top-level directory (host paths; Upper and
-// Work on one file system).
+// BuildRoot is an image build step's root: the parent image's tree
+// (Root, read-only) and the writable layer its writes go to, one upper and
+// work directory per top-level directory (host paths; Upper and Work on
+// one file system).
+//
+// Root is either a directory on the host (the parent's flattened tree,
+// images.Store.Root), or, when Layers is set, the name of the merged tree
+// of the parent's overlay-native layers (images.Store.LayeredRoot, never
+// on the host), which is read through an ImageFS.
 type BuildRoot struct {
 	Root  string `json:"root"`
 	Upper string `json:"upper"`
 	Work  string `json:"work"`
+	// Layers are the parent image's layers in overlayfs's form, topmost
+	// first (images.Store.OverlayLayers); none: Root is a host directory.
+	Layers []string `json:"layers,omitempty"`
 }
 
 // buildSkip are the top-level names of an image hutch provides itself in
@@ -80,33 +90,36 @@ var buildSkip = map[string]bool{
 	"workspace": true, "lost+found": true,
 }
 
-// BuildDirs are the top-level directories of root a build step's overlay
-// covers: the caller makes Upper/NAME and Work/NAME for each.
-func BuildDirs(root string) ([]string, error) {
-	names, err := OS.ReadDirNames(root)
-	if err != nil {
-		return nil, fmt.Errorf("build root %s: %w", root, err)
+// FS is the file tree b.Root is read from: base itself (OS when nil), or,
+// with Layers, an ImageFS over base that shows the merged layers at Root.
+func (b *BuildRoot) FS(base HostFS) HostFS {
+	if img := b.imageFS(base); img != nil {
+		return img
 	}
-	sort.Strings(names)
-	var dirs []string
-	for _, n := range names {
-		if buildSkip[n] {
-			continue
-		}
-		if fi, err := OS.Lstat(filepath.Join(root, n)); err == nil && fi.IsDir() {
-			dirs = append(dirs, n)
-		}
+	if base == nil {
+		return OS
 	}
-	return dirs, nil
+	return base
 }
 
-// addBuildRoot plans a build step's root (Spec.Build).
-func addBuildRoot(fsys HostFS, p *Plan, b *BuildRoot) error {
+// imageFS is the ImageFS of Layers over base, nil without Layers.
+func (b *BuildRoot) imageFS(base HostFS) *ImageFS {
+	if len(b.Layers) == 0 {
+		return nil
+	}
+	return &ImageFS{Base: base, Root: filepath.Clean(b.Root), Layers: b.Layers}
+}
+
+// entries are the top-level entries of Root that a build step's root
+// takes (all but buildSkip), sorted by name, each with its lstat through
+// fsys (b.FS's tree).
+func (b *BuildRoot) entries(fsys HostFS) ([]fs.FileInfo, error) {
 	names, err := fsys.ReadDirNames(b.Root)
 	if err != nil {
-		return fmt.Errorf("build root %s: %w", b.Root, err)
+		return nil, fmt.Errorf("build root %s: %w", b.Root, err)
 	}
 	sort.Strings(names)
+	var out []fs.FileInfo
 	for _, n := range names {
 		if buildSkip[n] {
 			continue
@@ -114,15 +127,68 @@ func addBuildRoot(fsys HostFS, p *Plan, b *BuildRoot) error {
 		src := filepath.Join(b.Root, n)
 		fi, err := fsys.Lstat(src)
 		if err != nil {
-			return fmt.Errorf("build root %s: %w", src, err)
+			return nil, fmt.Errorf("build root %s: %w", src, err)
 		}
+		out = append(out, fi) // (an lstat's Name is n)
+	}
+	return out, nil
+}
+
+// Dirs are the top-level directories of the root that a build step's
+// overlays cover, sorted by name, as b.FS(base) shows them (with Layers,
+// the merged directory's mode: the topmost layer's): the caller makes
+// Upper/NAME, of that directory's mode, and Work/NAME for each.
+func (b *BuildRoot) Dirs(base HostFS) ([]fs.FileInfo, error) {
+	ents, err := b.entries(b.FS(base))
+	if err != nil {
+		return nil, err
+	}
+	var dirs []fs.FileInfo
+	for _, fi := range ents {
+		if fi.IsDir() {
+			dirs = append(dirs, fi)
+		}
+	}
+	return dirs, nil
+}
+
+// addBuildRoot plans a build step's root (Spec.Build): each top-level
+// directory an overlay of the root's directory (with Layers, of the
+// layers' directories that make it, topmost first) under the step's
+// Upper/NAME and Work/NAME; a file a read-only bind (with Layers, of the
+// topmost layer's), a symlink made anew.
+func addBuildRoot(fsys HostFS, p *Plan, b *BuildRoot) error {
+	img := b.imageFS(fsys) // nil: Root is a host directory
+	if img != nil {
+		fsys = img
+	}
+	ents, err := b.entries(fsys)
+	if err != nil {
+		return err
+	}
+	for _, fi := range ents {
+		n := fi.Name()
+		src := filepath.Join(b.Root, n)
 		if !fi.IsDir() {
-			if err := addHostEntry(fsys, p, src, "/"+n, "build root"); err != nil {
+			if img != nil {
+				err = imageEntry(img, p, n, "build root")
+			} else {
+				err = addHostEntry(fsys, p, src, "/"+n, "build root")
+			}
+			if err != nil {
 				return err
 			}
 			continue
 		}
-		p.Add(Step{Kind: Overlay, Lower: []string{src}, Upper: filepath.Join(b.Upper, n), Work: filepath.Join(b.Work, n),
+		lower := []string{src}
+		if img != nil {
+			// Invariant: every layer that makes the merged directory, so
+			// that the overlay shows what the flattened tree would.
+			if lower = img.Dirs(n); len(lower) > MaxImageLower {
+				return fmt.Errorf("image build: the image's /%s: %d of its layers make it, more than the %d an overlay stacks (HUTCH_IMAGE_ROOT=flattened uses a flattened copy instead)", n, len(lower), MaxImageLower)
+			}
+		}
+		p.Add(Step{Kind: Overlay, Lower: lower, Upper: filepath.Join(b.Upper, n), Work: filepath.Join(b.Work, n),
 			Target: "/" + n, Why: "image build: the image's /" + n + " (its writes go to the step's layer)"})
 	}
 	return nil

@@ -2,6 +2,7 @@ package mounts
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -113,11 +114,7 @@ func TestBuildImageLayers(t *testing.T) {
 	overlay := func(target string, lowers ...string) {
 		t.Helper()
 		s := steps[target]
-		var want []string
-		for _, l := range lowers {
-			want = append(want, filepath.Join(d, l))
-		}
-		if s == nil || s.Kind != Overlay || s.Upper != "" || s.Source != root+target || strings.Join(s.Lower, ":") != strings.Join(want, ":") {
+		if s == nil || s.Kind != Overlay || s.Upper != "" || s.Source != root+target || strings.Join(s.Lower, ":") != lowerDirs(d, lowers...) {
 			t.Errorf("%s: %+v, want a read-only overlay of %v", target, s, lowers)
 		}
 	}
@@ -208,4 +205,112 @@ func TestImageFSMerge(t *testing.T) {
 	if f.Dirs("a") == nil || len(f.Dirs("a")) != 3 || f.Dirs("b") != nil {
 		t.Errorf("Dirs a = %v, b = %v", f.Dirs("a"), f.Dirs("b"))
 	}
+}
+
+// A build step's root on the parent's layers (BuildRoot.Layers): Root is
+// the merged tree, never on the host; each top-level directory is an
+// overlay of every layer's directory that makes it (a whiteout cutting
+// off the layers below), topmost first, under the step's Upper/NAME and
+// Work/NAME; a whited-out directory is not there; a top-level file is a
+// read-only bind of the topmost layer's, a symlink made anew; Dirs lists
+// the merged directories with the topmost layer's mode.
+func TestBuildImageBuildRootLayers(t *testing.T) {
+	d := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"top/usr", "top/opt", "top/var", "mid/usr/lib", "low/usr/bin", "low/etc", "low/var/lib", "low/home/u", "low/proc", "low/tmp"} {
+		must(os.MkdirAll(filepath.Join(d, p), 0o755))
+	}
+	must(os.Chmod(filepath.Join(d, "top/usr"), 0o750))
+	must(os.WriteFile(filepath.Join(d, "top/vmlinuz"), []byte("top"), 0o644))
+	must(os.WriteFile(filepath.Join(d, "low/vmlinuz"), []byte("low"), 0o644))
+	must(os.Symlink("usr/bin", filepath.Join(d, "low/bin")))
+	// Whiteouts: top's hides low's /home, mid's low's /var (top's shows).
+	must(unix.Mknod(filepath.Join(d, "top/home"), unix.S_IFCHR|0o600, 0))
+	must(unix.Mknod(filepath.Join(d, "mid/var"), unix.S_IFCHR|0o600, 0))
+	root := filepath.Join(d, "merged") // never made
+	layer := t.TempDir()
+	b := &BuildRoot{Root: root, Upper: filepath.Join(layer, "upper"), Work: filepath.Join(layer, "work"),
+		Layers: []string{filepath.Join(d, "top"), filepath.Join(d, "mid"), filepath.Join(d, "low")}}
+	p, err := Build(&Spec{Tooling: "host", Workspace: t.TempDir(), WorkspaceMount: "/workspace", Home: "/root",
+		TmpSize: 1 << 20, HomeSize: 1 << 20, ShmSize: 1 << 20, UID: 0, GID: 0, User: "root", Hostname: "hutch", Build: b})
+	must(err)
+	steps := map[string]*Step{}
+	for i := range p.Steps {
+		s := &p.Steps[i]
+		steps[s.Target] = s
+		for _, src := range s.Sources() {
+			if strings.HasPrefix(src, root) {
+				t.Errorf("%+v: reads the merged tree, which is not on the host", s)
+			}
+		}
+	}
+	overlay := func(target string, lowers ...string) {
+		t.Helper()
+		s := steps[target]
+		if s == nil || s.Kind != Overlay || strings.Join(s.Lower, ":") != lowerDirs(d, lowers...) ||
+			s.Upper != filepath.Join(b.Upper, target) || s.Work != filepath.Join(b.Work, target) {
+			t.Errorf("%s: %+v, want an overlay of %v under the step's upper and work directories", target, s, lowers)
+		}
+	}
+	overlay("/usr", "top/usr", "mid/usr", "low/usr")
+	overlay("/opt", "top/opt")
+	overlay("/etc", "low/etc")
+	overlay("/var", "top/var")
+	if s := steps["/vmlinuz"]; s == nil || s.Kind != Bind || s.Source != filepath.Join(d, "top/vmlinuz") || !s.ReadOnly {
+		t.Errorf("/vmlinuz: %+v, want a read-only bind of the top layer's", s)
+	}
+	if s := steps["/bin"]; s == nil || s.Kind != Symlink || s.Data != "usr/bin" {
+		t.Errorf("/bin: %+v, want the symlink made anew", s)
+	}
+	for _, target := range []string{"/home", "/home/u"} {
+		if s := steps[target]; s != nil {
+			t.Errorf("%s: %+v, whited out in the top layer", target, s)
+		}
+	}
+	for _, target := range []string{"/proc", "/tmp"} {
+		if s := steps[target]; s != nil && s.Kind == Overlay {
+			t.Errorf("hutch's own %s is overlaid", target)
+		}
+	}
+	dirs, err := b.Dirs(nil)
+	must(err)
+	var names []string
+	for _, fi := range dirs {
+		names = append(names, fi.Name())
+		if fi.Name() == "usr" && fi.Mode().Perm() != 0o750 {
+			t.Errorf("Dirs: /usr mode %v, want the top layer's 0750", fi.Mode())
+		}
+	}
+	if got := strings.Join(names, " "); got != "etc opt usr var" {
+		t.Errorf("Dirs = %q, want \"etc opt usr var\" (the merged top-level directories but hutch's own)", got)
+	}
+
+	// More layers make a directory than one overlay stacks: refused,
+	// naming the directory and the way out.
+	var many []string
+	for i := 0; i <= MaxImageLower; i++ {
+		l := filepath.Join(d, "many", fmt.Sprint(i))
+		must(os.MkdirAll(filepath.Join(l, "usr"), 0o755))
+		many = append(many, l)
+	}
+	_, err = Build(&Spec{Tooling: "host", Workspace: t.TempDir(), WorkspaceMount: "/workspace", Home: "/root",
+		Build: &BuildRoot{Root: root, Upper: b.Upper, Work: b.Work, Layers: many}})
+	if err == nil || !strings.Contains(err.Error(), "/usr") || !strings.Contains(err.Error(), "HUTCH_IMAGE_ROOT=flattened") {
+		t.Errorf("%d layers making /usr: %v, want an error naming /usr and HUTCH_IMAGE_ROOT=flattened", len(many), err)
+	}
+}
+
+// lowerDirs are the directories rels beneath d, joined with ":" as an
+// overlay step's Lower is compared.
+func lowerDirs(d string, rels ...string) string {
+	var out []string
+	for _, r := range rels {
+		out = append(out, filepath.Join(d, r))
+	}
+	return strings.Join(out, ":")
 }

@@ -83,11 +83,12 @@ func TestBuildImageBuildRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dirs, err := BuildDirs(root)
-	if err != nil || len(dirs) != 4 {
-		t.Fatalf("BuildDirs: %v %v", dirs, err)
+	infos, err := b.Dirs(nil)
+	if err != nil || len(infos) != 4 {
+		t.Fatalf("BuildRoot.Dirs: %v %v", infos, err)
 	}
-	for _, d := range dirs {
+	for _, fi := range infos {
+		d := fi.Name()
 		found := false
 		for _, s := range p.Steps {
 			if s.Kind == Overlay && s.Target == "/"+d {

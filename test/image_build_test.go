@@ -1,8 +1,10 @@
 package test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -130,6 +132,12 @@ cat /usr/share/made/file /etc/app/fresh/y; ls /opt/app/sub; [ -e /bin/wc ] && ec
 		if err != nil || !strings.Contains(string(lock), `"base": "`+byDigest[strings.Index(byDigest, "@")+1:]) {
 			t.Errorf("lock file (%v):\n%s", err, lock)
 		}
+		// The run step's root was overlays of its parent's three layers
+		// (the image after step 4): no flattened copy of it was built.
+		if roots := flattenedRoots(o, stepImage(t, spec, 4)); exists(roots) {
+			t.Errorf("%s exists: the run step flattened its parent, whose layers overlays could show", roots)
+		}
+		sameLayer(t, o, dir, byDigest)
 
 		r = hutch(t, o, "image", "build", "-f", spec, "--tag", tag)
 		mustCode(t, r, 0)
@@ -208,6 +216,75 @@ cat /usr/share/made/file /etc/app/fresh/y; ls /opt/app/sub; [ -e /bin/wc ] && ec
 	})
 }
 
+// stepImage is the manifest digest of the image after step n (from 1)
+// in the lock file of spec.
+func stepImage(t *testing.T, spec string, n int) string {
+	t.Helper()
+	var lock struct{ Steps []struct{ Image string } }
+	b, err := os.ReadFile(spec + ".lock")
+	if err == nil {
+		err = json.Unmarshal(b, &lock)
+	}
+	if err != nil || len(lock.Steps) < n {
+		t.Fatalf("lock file of %s, step %d: %v\n%s", spec, n, err, b)
+	}
+	return lock.Steps[n-1].Image
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+// sameLayer builds, in dir, a run step on a parent of three layers that
+// make /etc, the top two the same layer (two identical copy steps: it is
+// stacked once): by default on overlays of them (the parent is not
+// flattened), then with HUTCH_IMAGE_ROOT=flattened and --no-cache on the
+// parent's flattened copy (which that build makes). The step's writes,
+// whiteouts and opaque directory (its files' times set: a run step's
+// layer keeps them) make the same layer either way, so the two builds
+// print the same digest.
+func sameLayer(t *testing.T, o opts, dir, base string) {
+	t.Helper()
+	spec := filepath.Join(dir, "same.toml")
+	os.WriteFile(filepath.Join(dir, "same.txt"), []byte("same\n"), 0o644)
+	os.WriteFile(spec, []byte(`from = "`+base+`"
+[[step]]
+copy = "same.txt"
+to = "/etc/same/same.txt"
+[[step]]
+copy = "same.txt"
+to = "/etc/same/same.txt"
+[[step]]
+run = """
+set -e
+rm /etc/os-release /bin/wc
+rm /etc/same/same.txt && mkdir /etc/same/fresh && echo fresh > /etc/same/fresh/f
+touch -d @0 /etc/same/fresh/f /etc/same/fresh /etc/same /etc /bin
+ls /etc/same; [ -e /etc/os-release ] || echo os-release-gone
+"""
+`), 0o644)
+	r := hutch(t, o, "image", "build", "-f", spec)
+	mustCode(t, r, 0)
+	if !strings.Contains(r.stdout, "\nfresh\nos-release-gone\n") {
+		t.Errorf("the run step on the layers:\n%s%s", r.stdout, r.stderr)
+	}
+	overlays := builtDigest(t, r.stdout)
+	roots := flattenedRoots(o, stepImage(t, spec, 2))
+	if exists(roots) {
+		t.Errorf("%s exists: the run step flattened its parent, whose layers overlays could show", roots)
+	}
+	o.env = append(slices.Clone(o.env), "HUTCH_IMAGE_ROOT=flattened")
+	r = hutch(t, o, "image", "build", "--no-cache", "-f", spec)
+	mustCode(t, r, 0)
+	if d := builtDigest(t, r.stdout); d != overlays {
+		t.Errorf("HUTCH_IMAGE_ROOT=flattened built %s, on the layers %s: the step's layer depends on its root\n%s%s", d, overlays, r.stdout, r.stderr)
+	}
+	if !exists(roots) {
+		t.Errorf("HUTCH_IMAGE_ROOT=flattened: the parent's flattened copy %s was not built", roots)
+	}
+}
+
 // apt-get install in a run step, as the unprivileged user: Debian
 // bookworm's minbase (mmdebstrap, as TestImageDebian makes it) as the
 // base, the Debian archive reached through the egress proxy with the
@@ -241,5 +318,10 @@ run = "apt-get update && apt-get install -y --no-install-recommends hello"
 	lock, _ := os.ReadFile(spec + ".lock")
 	if !strings.Contains(string(lock), `"hello=`) || !strings.Contains(string(lock), `"dpkg=`) {
 		t.Errorf("the lock file lacks the installed versions:\n%s", lock)
+	}
+	// The run step's root was overlays of the base's layer: the base was
+	// not flattened.
+	if roots := flattenedRoots(o, byDigest); exists(roots) {
+		t.Errorf("%s exists: the run step flattened the base, whose layer overlays could show", roots)
 	}
 }

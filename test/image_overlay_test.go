@@ -53,7 +53,7 @@ func TestImageOverlay(t *testing.T) {
 		ws := userDir(t)
 		ownTree(t, o, ws)
 		o.dir = ws
-		roots := filepath.Join(dataDir(o), "hutch", "images", "roots", "sha256", digest[strings.LastIndex(digest, ":")+1:])
+		roots := flattenedRoots(o, digest)
 		mustCode(t, hutch(t, o, "image", "pull", tag), 0)
 		r := hutch(t, o, "run", "--image", tag, "--", "/bin/sh", "-c", script)
 		mustCode(t, r, 0)
@@ -92,4 +92,10 @@ func dataDir(o opts) string {
 		return filepath.Join(stateDir, "root", "data")
 	}
 	return filepath.Join(stateDir, "data")
+}
+
+// flattenedRoots is where the store of hutch run with o keeps the
+// flattened copies of the image digest (sha256:HEX, or REF@sha256:HEX).
+func flattenedRoots(o opts, digest string) string {
+	return filepath.Join(dataDir(o), "hutch", "images", "roots", "sha256", digest[strings.LastIndex(digest, ":")+1:])
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hutchsandbox/hutch/imagebuild"
 	"github.com/hutchsandbox/hutch/images"
+	"github.com/hutchsandbox/hutch/nsjail"
 )
 
 // imageBuildCommand is hutch image build.
@@ -35,7 +36,7 @@ func imageBuildCommand(fail func(error) error) *cli.Command {
 			if err != nil {
 				return fail(err)
 			}
-			sx := &imagebuild.Sandbox{Store: st, Out: os.Stdout, SpecFile: spec.File}
+			sx := &imagebuild.Sandbox{Store: st, Out: os.Stdout, SpecFile: spec.File, Env: os.Environ(), ProbeOverlay: nsjail.ProbeOverlay}
 			res, err := imagebuild.Build(c.Context, st, spec, imagebuild.Options{
 				Tag: c.String("tag"), Locked: c.Bool("locked"), NoCache: c.Bool("no-cache"), Out: os.Stdout,
 				Pull: func(ctx context.Context, ref string) (*images.Image, error) {
