@@ -99,3 +99,26 @@ func dataDir(o opts) string {
 func flattenedRoots(o opts, digest string) string {
 	return filepath.Join(dataDir(o), "hutch", "images", "roots", "sha256", digest[strings.LastIndex(digest, ":")+1:])
 }
+
+// An image that holds one layer twice (two identical build steps, or the
+// empty layers some builders write) runs on overlays of its layers: the
+// repeated layer is stacked once (overlayfs refuses a directory twice in
+// lowerdir, ELOOP), and the merged tree is the same.
+func TestImageOverlayRepeatedLayer(t *testing.T) {
+	reg := tr.Start(t)
+	twice := tr.Layer(t, tr.Entry{Name: "opt/", Type: tar.TypeDir}, tr.Entry{Name: "opt/same", Body: "same\n"})
+	img := tr.Image(t, v1.Config{Env: []string{"PATH=/bin"}}, tr.Busybox(t), twice,
+		tr.Layer(t, tr.Entry{Name: "opt/", Type: tar.TypeDir}, tr.Entry{Name: "opt/mid", Body: "mid\n"}), twice)
+	tag, _ := reg.Push(t, "hutch-test/twice:v1", img)
+	eachUser(t, func(t *testing.T, o opts) {
+		ws := userDir(t)
+		ownTree(t, o, ws)
+		o.dir = ws
+		r := hutch(t, o, "run", "--image", tag, "--", "/bin/sh", "-c",
+			`cat /opt/same /opt/mid; awk '$5 == "/opt" {print $(NF-2)}' /proc/self/mountinfo`)
+		mustCode(t, r, 0)
+		if r.stdout != "same\nmid\noverlay\n" {
+			t.Errorf("got %q, want the two layers' files through an overlay\nstderr:\n%s", r.stdout, r.stderr)
+		}
+	})
+}
