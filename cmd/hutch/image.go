@@ -207,9 +207,12 @@ func ensureImage(ctx context.Context, p *policy.Policy) error {
 
 // pullImage pulls ref with progress on a terminal.
 func pullImage(ctx context.Context, st *images.Store, ref string, quiet, noUnpack bool) (*images.Report, error) {
-	flatten, err := flattenHere(st)
-	if err != nil {
-		return nil, err
+	var flatten bool
+	if !noUnpack { // (blobs alone need no root: no probe)
+		var err error
+		if flatten, err = flattenHere(st); err != nil {
+			return nil, err
+		}
 	}
 	pr, stop := progress()
 	defer stop()
