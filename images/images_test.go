@@ -255,19 +255,23 @@ func TestPullRefusesCorruptBlob(t *testing.T) {
 	if err := os.WriteFile(f, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := Open(storeDir(t))
-	_, err = s.Pull(context.Background(), tag, PullOptions{})
-	if err == nil || !strings.Contains(err.Error(), d.String()) {
-		t.Fatalf("pull of a corrupt blob: %v, want an error naming %s", err, d)
-	}
-	t.Log(err)
-	for _, dir := range []string{"layers/sha256", "roots/sha256", "tmp"} {
-		if es, _ := os.ReadDir(filepath.Join(s.Dir, dir)); len(es) != 0 {
-			t.Errorf("%s holds %v after a refused pull", dir, es)
+	// (The store leaves the blob's digest to the library's verifying
+	// reader on a pull: this holds the library to it, unpacked or not.)
+	for _, noUnpack := range []bool{false, true} {
+		s, _ := Open(storeDir(t))
+		_, err = s.Pull(context.Background(), tag, PullOptions{NoUnpack: noUnpack})
+		if err == nil || !strings.Contains(err.Error(), d.String()) {
+			t.Fatalf("pull (no unpack %v) of a corrupt blob: %v, want an error naming %s", noUnpack, err, d)
 		}
-	}
-	if _, err := os.Stat(s.blobPath(d)); err == nil {
-		t.Errorf("the corrupt blob was kept")
+		t.Log(err)
+		for _, dir := range []string{"layers/sha256", "roots/sha256", "tmp"} {
+			if es, _ := os.ReadDir(filepath.Join(s.Dir, dir)); len(es) != 0 {
+				t.Errorf("no unpack %v: %s holds %v after a refused pull", noUnpack, dir, es)
+			}
+		}
+		if _, err := os.Stat(s.blobPath(d)); err == nil {
+			t.Errorf("no unpack %v: the corrupt blob was kept", noUnpack)
+		}
 	}
 }
 

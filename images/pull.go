@@ -66,7 +66,7 @@ func (s *Store) Pull(ctx context.Context, ref string, o PullOptions) (*Report, e
 	// For a digest reference remote.Get checked the manifest (or index)
 	// against the digest asked for.
 	names := []string{r.Name()}
-	rep, err := s.Add(ctx, img, AddOptions{Names: names, Index: index, Progress: o.Progress, NoUnpack: o.NoUnpack, Flatten: o.Flatten})
+	rep, err := s.Add(ctx, img, AddOptions{Names: names, Index: index, Progress: o.Progress, NoUnpack: o.NoUnpack, Flatten: o.Flatten, remoteBlobs: true})
 	if err != nil {
 		return nil, fmt.Errorf("pull %s: %w", ref, err)
 	}
