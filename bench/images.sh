@@ -114,8 +114,11 @@ say "run --image vs run, and the flattened copy after it was removed ($RUNS runs
 	-n image-reflatten "env -C $WORK/ws2 HUTCH_IMAGE_ROOT=flattened $HUTCH run --image $IMG -- true" >&2
 
 say "pull vs crane pull ($PULL_RUNS runs)"
+# Each hutch round removes what the store holds but its overlay probe's
+# verdict, which a host keeps for its boot (a first pull after a boot
+# also pays one probe, a process start).
 "${AS[@]}" hyperfine --warmup 1 --runs "$PULL_RUNS" --export-json "$WORK/res/images-pull.json" \
-	--prepare "rm -rf $WORK/layout/oci" --prepare "rm -rf $WORK/home/data" --prepare "rm -rf $WORK/home/data" \
+	--prepare "rm -rf $WORK/layout/oci" --prepare "rm -rf $STORE/blobs $STORE/layers $STORE/roots $STORE/index.json" --prepare "rm -rf $STORE/blobs $STORE/layers $STORE/roots $STORE/index.json" \
 	-n crane "$WORK/bin/crane pull --format=oci $IMG $WORK/layout/oci" \
 	-n hutch "$HUTCH image pull $IMG" \
 	-n hutch-no-unpack "$HUTCH image pull --no-unpack $IMG" >&2
@@ -123,7 +126,7 @@ say "pull vs crane pull ($PULL_RUNS runs)"
 say "pull --no-unpack vs crane pull, interleaved ($((PULL_RUNS * 3)) rounds; each removes its store first)"
 "${AS[@]}" python3 "$ROOT/bench/interleave.py" "$((PULL_RUNS * 3))" 3 "$WORK/res/images-pull-interleave.json" \
 	crane "sh -c 'rm -rf $WORK/layout/oci; exec $WORK/bin/crane pull --format=oci $IMG $WORK/layout/oci'" \
-	hutch-no-unpack "sh -c 'rm -rf $WORK/home/data; exec $HUTCH image pull --no-unpack $IMG'"
+	hutch-no-unpack "sh -c 'rm -rf $STORE/blobs $STORE/layers $STORE/roots $STORE/index.json; exec $HUTCH image pull --no-unpack $IMG'"
 
 "${AS[@]}" "$HUTCH" image pull "$IMG" >/dev/null
 before=$(grep -c '"GET /v2/bench/tools/blobs/' "$WORK/registry.log" || true)
