@@ -40,6 +40,11 @@ type Options struct {
 	// reuses it. With Locked, the rebuild from scratch is what is compared
 	// with the lock file: a check that the lock file reproduces.
 	NoCache bool
+	// Flatten builds the built image's flattened copy when it is stored
+	// (images.AddOptions.Flatten): for where an image's root cannot be
+	// overlays of its layers. Without it the copy is built by the first
+	// sandbox that needs one.
+	Flatten bool
 	// Out receives a line per step (nil: nothing).
 	Out io.Writer
 	// Pull fetches a base the store lacks (nil: a missing base fails).
@@ -182,12 +187,13 @@ func Build(ctx context.Context, st *images.Store, spec *Spec, o Options) (*Resul
 			return nil, err
 		}
 	}
-	// The final image: unpacked, its root built, named.
+	// The final image: unpacked (its flattened copy built with
+	// o.Flatten), named.
 	v, err := st.V1Image(cur)
 	if err != nil {
 		return nil, err
 	}
-	rep, err := st.Add(ctx, v, images.AddOptions{Names: names, Flatten: true})
+	rep, err := st.Add(ctx, v, images.AddOptions{Names: names, Flatten: o.Flatten})
 	if err != nil {
 		return nil, fmt.Errorf("store the built image: %w", err)
 	}

@@ -137,6 +137,10 @@ cat /usr/share/made/file /etc/app/fresh/y; ls /opt/app/sub; [ -e /bin/wc ] && ec
 		if roots := flattenedRoots(o, stepImage(t, spec, 4)); exists(roots) {
 			t.Errorf("%s exists: the run step flattened its parent, whose layers overlays could show", roots)
 		}
+		// Nor was the built image's: it is stored as a pull stores one.
+		if roots := flattenedRoots(o, stepImage(t, spec, 5)); exists(roots) {
+			t.Errorf("%s exists: the build flattened the image it made, whose layers overlays show", roots)
+		}
 		sameLayer(t, o, dir, byDigest)
 
 		r = hutch(t, o, "image", "build", "-f", spec, "--tag", tag)

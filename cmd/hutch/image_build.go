@@ -37,8 +37,12 @@ func imageBuildCommand(fail func(error) error) *cli.Command {
 				return fail(err)
 			}
 			sx := &imagebuild.Sandbox{Store: st, Out: os.Stdout, SpecFile: spec.File, Env: os.Environ(), ProbeOverlay: nsjail.ProbeOverlay}
+			flatten, err := flattenHere(st)
+			if err != nil {
+				return &exitError{imageExitUsage, "hutch: image build: " + err.Error()}
+			}
 			res, err := imagebuild.Build(c.Context, st, spec, imagebuild.Options{
-				Tag: c.String("tag"), Locked: c.Bool("locked"), NoCache: c.Bool("no-cache"), Out: os.Stdout,
+				Tag: c.String("tag"), Locked: c.Bool("locked"), NoCache: c.Bool("no-cache"), Flatten: flatten, Out: os.Stdout,
 				Pull: func(ctx context.Context, ref string) (*images.Image, error) {
 					fmt.Fprintf(os.Stderr, "hutch: image %s is not in the store: pulling it (hutch image pull)\n", ref)
 					rep, err := pullImage(ctx, st, ref, true, false)
