@@ -126,6 +126,9 @@ func diagnoseInitFailure(m *message) string {
 	if m.Step == failNamespaces && m.Errno == int(unix.ENOSPC) {
 		return m.Error + ": " + namespaceLimitAdvice()
 	}
+	if strings.Contains(m.Error, readOnlyOverlayFailed) {
+		return m.Error + ": " + imageOverlayAdvice
+	}
 	what := containerenv.SetupRefused
 	switch {
 	case procMountRefused().MatchString(m.Error):
@@ -138,6 +141,14 @@ func diagnoseInitFailure(m *message) string {
 	}
 	return m.Error
 }
+
+// readOnlyOverlayFailed is in the init's report of a refused overlay
+// without an upper layer (nsjail/mounts.c), which only an image's root
+// mounts (mounts.imageEntry); imageOverlayAdvice is the way out.
+const (
+	readOnlyOverlayFailed = "mount overlayfs (upper none): "
+	imageOverlayAdvice    = "an image's root is read-only overlays of its layers where hutch's probe finds that overlayfs mounts here (docs/IMAGES.md); HUTCH_IMAGE_ROOT=flattened runs the image from a flattened copy of its layers instead"
+)
 
 // procMountRefused matches the init's report of a refused procfs mount
 // (the mount plan's proc step, nsjail/mounts.c: "proc TARGET (WHY): ERROR").

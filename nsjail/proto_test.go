@@ -194,6 +194,10 @@ func TestDiagnoseInitFailure(t *testing.T) {
 	if got := diagnoseInitFailure(dec(int64(unix.EPERM), failNamespaces, ns)); got != ns {
 		t.Errorf("a namespace failure other than ENOSPC got advice: %q", got)
 	}
+	ovl := "build the sandbox's root filesystem: overlay /opt (tooling rootfs (overlay of the image's layers)): mount overlayfs (upper none): invalid argument"
+	if got := diagnoseInitFailure(dec(int64(unix.EINVAL), failOther, ovl)); !strings.HasPrefix(got, ovl+": ") || !strings.Contains(got, "HUTCH_IMAGE_ROOT=flattened") {
+		t.Errorf("a refused overlay of an image's layers: %q, want the way out (HUTCH_IMAGE_ROOT=flattened)", got)
+	}
 	got := diagnoseInitFailure(dec(int64(unix.ENOSPC), failNamespaces, "any wording"))
 	if !strings.HasPrefix(got, "any wording: ") || !strings.Contains(got, "raise it") || !strings.Contains(got, "user.max_") {
 		t.Errorf("diagnoseInitFailure of an ENOSPC creating namespaces = %q, want the limit named and how to raise it", got)
