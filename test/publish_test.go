@@ -204,7 +204,7 @@ func TestRunPublish(t *testing.T) {
 		cmd.Process.Kill()
 		<-done
 	}()
-	body, err := httpGet(t, fmt.Sprintf("http://127.0.0.1:%d/", hp), 15*time.Second)
+	body, err := httpGet(t, fmt.Sprintf("http://127.0.0.1:%d/", hp), 45*time.Second) // (python3 starts slowly on a loaded machine)
 	if err != nil {
 		t.Fatalf("GET through hutch run --publish: %v\nstderr: %s", err, errb.String())
 	}
