@@ -23,6 +23,7 @@ import (
 	"github.com/hutchsandbox/hutch/plan"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seclog"
+	"github.com/hutchsandbox/hutch/store"
 )
 
 // Exit codes of hutch's own failures (Docker's convention; timeout(1)'s).
@@ -192,7 +193,7 @@ func apiPolicy(p *policy.Policy) *policy.Policy {
 // the policy and this host's facts (package plan). Nothing is created.
 func Plan(o *RunOptions) (*plan.Sandbox, error) {
 	p := apiPolicy(o.Policy)
-	h, err := plan.Gather(p, plan.GatherOptions{Env: o.HostEnv, SecurityLog: o.SecurityLog.Path(), ProbeUserns: nsjail.ProbeUserNamespaces, ProbeOverlay: nsjail.ProbeOverlay})
+	h, err := plan.Gather(p, plan.GatherOptions{Env: o.HostEnv, SecurityLog: o.SecurityLog.Path(), ProbeUserns: nsjail.ProbeUserNamespacesOnce(store.Open()), ProbeOverlay: nsjail.ProbeOverlay})
 	if err != nil {
 		return nil, err
 	}

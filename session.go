@@ -154,7 +154,7 @@ func NewSession(ctx context.Context, o *SessionOptions) (sess *Session, err erro
 	t0 := time.Now()
 	defer o.Prestarted.Discard() // a no-op once the launch adopted it
 	p := apiPolicy(o.Policy)
-	host, err := plan.Gather(p, plan.GatherOptions{Env: o.HostEnv, SecurityLog: o.SecurityLog.Path(), ProbeUserns: nsjail.ProbeUserNamespaces, ProbeOverlay: nsjail.ProbeOverlay})
+	host, err := plan.Gather(p, plan.GatherOptions{Env: o.HostEnv, SecurityLog: o.SecurityLog.Path(), ProbeUserns: nsjail.ProbeUserNamespacesOnce(store.Open()), ProbeOverlay: nsjail.ProbeOverlay})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutchsandbox/hutch/containerenv"
+	"github.com/hutchsandbox/hutch/store"
 )
 
 // HostProblem is a reason this host cannot make a sandbox, with the fix.
@@ -163,9 +164,48 @@ func procMountRefused() *regexp.Regexp {
 // mounts private and mounts a procfs, what a container's seccomp profile,
 // its masked /proc or an AppArmor restriction of user namespaces refuses.
 // It costs a process start (a few milliseconds); sandbox.isolation =
-// "auto" runs it once per sandbox.
+// "auto" runs it through ProbeUserNamespacesOnce.
 func ProbeUserNamespaces() string {
 	return runProbe("the namespace probe", probeMagic)
+}
+
+// ProbeUserNamespacesOnce is ProbeUserNamespaces whose success st keeps
+// for the rest of the boot (store.Probes, a marker named by the boot id):
+// where a sandbox's namespaces can be made, only the first sandbox.isolation
+// = "auto" of a boot pays the probe. A failure is not kept, so that a host
+// fixed meanwhile (a sysctl raised, a profile changed) is seen by the next
+// sandbox. Nil st, or a boot id that cannot be read: every call probes.
+func ProbeUserNamespacesOnce(st *store.Store) func() string {
+	return probeOnce(st, "userns", ProbeUserNamespaces, bootID)
+}
+
+// probeOnce is probe with its success kept in st for the boot bootID
+// returns ("": unknown, nothing kept), under a key named by what.
+func probeOnce(st *store.Store, what string, probe func() string, bootID func() string) func() string {
+	return func() string {
+		key := ""
+		if id := bootID(); id != "" && st != nil {
+			key = what + "-" + id
+			if _, _, err := st.Get(store.Probes, key); err == nil {
+				return ""
+			}
+		}
+		why := probe()
+		if why == "" && key != "" {
+			st.Put(store.Probes, key, []byte("ok\n")) // (not kept: the next sandbox probes again)
+		}
+		return why
+	}
+}
+
+// bootID is the running boot's id (/proc/sys/kernel/random/boot_id), ""
+// when it cannot be read.
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // ProbeOverlay says why a sandbox cannot have overlayfs mounts of

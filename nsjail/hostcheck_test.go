@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hutchsandbox/hutch/store"
 )
 
 // TestProcMountRefused: the init's report of a refused procfs (the mount
@@ -69,5 +71,35 @@ func TestProbeOverlay(t *testing.T) {
 	os.Remove(filepath.Join(lower2, "probe"))
 	if got := ProbeOverlay(lower1, lower2); !strings.Contains(got, "probe") || !strings.Contains(got, "through the overlay") {
 		t.Errorf("ProbeOverlay without the probe file = %q, want the failed stat", got)
+	}
+}
+
+// probeOnce keeps a successful probe for the boot (a second call, and a
+// second process with the same store, do not probe again), keeps no
+// failure (every call probes until it succeeds), and keeps nothing when
+// the boot is unknown.
+func TestProbeOnce(t *testing.T) {
+	st := store.At(t.TempDir())
+	calls, answer := 0, "user namespaces are disabled"
+	probe := func() string { calls++; return answer }
+	boot := func() string { return "b1" }
+	p := probeOnce(st, "userns", probe, boot)
+	if p() == "" || p() == "" || calls != 2 {
+		t.Fatalf("a failing probe: %d calls, want 2 (a failure is not kept)", calls)
+	}
+	answer = ""
+	if p() != "" || p() != "" || probeOnce(st, "userns", probe, boot)() != "" || calls != 3 {
+		t.Errorf("a succeeding probe: %d calls, want 3 (kept after the first)", calls)
+	}
+	other := func() string { return "b2" }
+	probeOnce(st, "userns", probe, other)()
+	if calls != 4 {
+		t.Errorf("another boot: %d calls, want it probed again", calls)
+	}
+	unknown := func() string { return "" }
+	probeOnce(st, "userns", probe, unknown)()
+	probeOnce(st, "userns", probe, unknown)()
+	if calls != 6 {
+		t.Errorf("an unknown boot: %d calls, want every call probed", calls)
 	}
 }

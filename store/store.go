@@ -66,6 +66,9 @@ var (
 	Registries = Namespace{Name: "registries", Keep: 32}
 	// Warned holds a marker per best-effort warning already shown.
 	Warned = Namespace{Name: "warned", Keep: 256}
+	// Probes holds what a probe of the host found and may be kept for the
+	// boot (nsjail.ProbeUserNamespacesOnce), by the boot it holds for.
+	Probes = Namespace{Name: "probes", Keep: 8}
 	// MCP holds the MCP server image unpacked for hosts that refuse
 	// executable memfds, by build.
 	MCP = Namespace{Name: "mcp", Keep: 1}

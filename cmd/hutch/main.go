@@ -450,7 +450,7 @@ func policyCommand() *cli.Command {
 					// Every check run makes before it starts anything: the
 					// host facts and the plan (workspace, rootfs, bind
 					// sources, strict enforcement), the seccomp profile.
-					h, err := plan.Gather(p, plan.GatherOptions{Env: os.Environ(), ProbeUserns: nsjail.ProbeUserNamespaces, ProbeOverlay: nsjail.ProbeOverlay})
+					h, err := plan.Gather(p, plan.GatherOptions{Env: os.Environ(), ProbeUserns: nsjail.ProbeUserNamespacesOnce(store.Open()), ProbeOverlay: nsjail.ProbeOverlay})
 					if err == nil {
 						_, err = plan.Build(p, h, nil)
 					}

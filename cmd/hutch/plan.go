@@ -19,6 +19,7 @@ import (
 	"github.com/hutchsandbox/hutch/plan"
 	"github.com/hutchsandbox/hutch/policy"
 	"github.com/hutchsandbox/hutch/seclog"
+	"github.com/hutchsandbox/hutch/store"
 )
 
 // planCommand prints the sandbox that `hutch run` with the same flags would
@@ -47,7 +48,7 @@ func planCommand() *cli.Command {
 			if c.NArg() > 0 {
 				req = &plan.Request{Argv: c.Args().Slice(), Cwd: c.String("cwd"), HostCwd: hostCwd(), ExtraEnv: c.StringSlice("env")}
 			}
-			h, err := plan.Gather(p, plan.GatherOptions{Env: os.Environ(), SecurityLog: logPath, ProbeUserns: nsjail.ProbeUserNamespaces, ProbeOverlay: nsjail.ProbeOverlay})
+			h, err := plan.Gather(p, plan.GatherOptions{Env: os.Environ(), SecurityLog: logPath, ProbeUserns: nsjail.ProbeUserNamespacesOnce(store.Open()), ProbeOverlay: nsjail.ProbeOverlay})
 			if err != nil {
 				return &exitError{hutch.ExitSetup, "hutch: cannot plan the sandbox: " + err.Error()}
 			}
