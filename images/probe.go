@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/hutchsandbox/hutch/internal/kernel"
 )
 
 // overlayProbeFile is the cached verdict of OverlayUsable, in the store's
@@ -17,10 +16,10 @@ const overlayProbeFile = "overlay-probe.json"
 // overlayVerdict is what overlay-probe.json holds: the probe's outcome on
 // the boot and kernel it ran on.
 type overlayVerdict struct {
-	BootID string `json:"boot_id"`
-	Kernel string `json:"kernel"`
-	OK     bool   `json:"ok"`
-	Why    string `json:"why,omitempty"`
+	Context string `json:"context"` // kernel.ProbeContext
+	Kernel  string `json:"kernel"`
+	OK      bool   `json:"ok"`
+	Why     string `json:"why,omitempty"`
 }
 
 // hostBoot names the running boot: a verdict holds for as long as both
@@ -29,19 +28,13 @@ type hostBoot struct {
 	bootID, kernel string
 }
 
-// thisBoot is the running boot: /proc/sys/kernel/random/boot_id and the
-// kernel's release (bootID "" when it cannot be read: then nothing is
-// cached).
+// thisBoot is the running boot as a verdict holds for it: the boot id
+// with the caller's namespaces and seccomp mode (kernel.ProbeContext: a
+// container sharing the store with its host gets a verdict of its own),
+// and the kernel's release (bootID "" when it cannot be read: then
+// nothing is cached).
 func thisBoot() hostBoot {
-	var h hostBoot
-	if b, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
-		h.bootID = strings.TrimSpace(string(b))
-	}
-	var u unix.Utsname
-	if unix.Uname(&u) == nil {
-		h.kernel = unix.ByteSliceToString(u.Release[:])
-	}
-	return h
+	return hostBoot{bootID: kernel.ProbeContext(), kernel: kernel.Release()}
 }
 
 // OverlayUsable says whether an image's root can be read-only overlayfs
@@ -52,7 +45,8 @@ func thisBoot() hostBoot {
 // second shows through, else why not.
 //
 // It probes at most once per boot: the verdict is kept in the store's
-// overlay-probe.json with the boot id and the kernel's release, and read
+// overlay-probe.json with the boot id (and the caller's namespaces and
+// seccomp mode: kernel.ProbeContext) and the kernel's release, and read
 // back while both are the same. A cache that cannot be read or parsed, or
 // is of another boot, is a miss. The probe's directories are made under
 // tmp/ (the store's filesystem) with the store's lock held shared, so that
@@ -66,12 +60,12 @@ func (s *Store) overlayUsable(probe func(lower1, lower2 string) string, h hostBo
 	cache := filepath.Join(s.Dir, overlayProbeFile)
 	if b, err := os.ReadFile(cache); err == nil && h.bootID != "" {
 		var v overlayVerdict
-		if json.Unmarshal(b, &v) == nil && v.BootID == h.bootID && v.Kernel == h.kernel {
+		if json.Unmarshal(b, &v) == nil && v.Context == h.bootID && v.Kernel == h.kernel {
 			return v.OK, v.Why
 		}
 	}
 	why := s.probeOverlay(probe)
-	v := overlayVerdict{BootID: h.bootID, Kernel: h.kernel, OK: why == "", Why: why}
+	v := overlayVerdict{Context: h.bootID, Kernel: h.kernel, OK: why == "", Why: why}
 	if h.bootID != "" {
 		// A verdict that cannot be kept is probed again next time.
 		if b, err := json.MarshalIndent(v, "", "  "); err == nil {

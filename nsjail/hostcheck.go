@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hutchsandbox/hutch/containerenv"
+	"github.com/hutchsandbox/hutch/internal/kernel"
 	"github.com/hutchsandbox/hutch/store"
 )
 
@@ -170,21 +171,23 @@ func ProbeUserNamespaces() string {
 }
 
 // ProbeUserNamespacesOnce is ProbeUserNamespaces whose success st keeps
-// for the rest of the boot (store.Probes, a marker named by the boot id):
+// for the rest of the boot (store.Probes, a marker named by the boot id
+// and the caller's namespaces and seccomp mode: kernel.ProbeContext):
 // where a sandbox's namespaces can be made, only the first sandbox.isolation
 // = "auto" of a boot pays the probe. A failure is not kept, so that a host
 // fixed meanwhile (a sysctl raised, a profile changed) is seen by the next
 // sandbox. Nil st, or a boot id that cannot be read: every call probes.
 func ProbeUserNamespacesOnce(st *store.Store) func() string {
-	return probeOnce(st, "userns", ProbeUserNamespaces, bootID)
+	return probeOnce(st, "userns", ProbeUserNamespaces, kernel.ProbeContext)
 }
 
-// probeOnce is probe with its success kept in st for the boot bootID
-// returns ("": unknown, nothing kept), under a key named by what.
-func probeOnce(st *store.Store, what string, probe func() string, bootID func() string) func() string {
+// probeOnce is probe with its success kept in st for the context where
+// returns (kernel.ProbeContext; "": unknown, nothing kept), under a key
+// named by what.
+func probeOnce(st *store.Store, what string, probe func() string, where func() string) func() string {
 	return func() string {
 		key := ""
-		if id := bootID(); id != "" && st != nil {
+		if id := where(); id != "" && st != nil {
 			key = what + "-" + id
 			if _, _, err := st.Get(store.Probes, key); err == nil {
 				return ""
@@ -196,16 +199,6 @@ func probeOnce(st *store.Store, what string, probe func() string, bootID func() 
 		}
 		return why
 	}
-}
-
-// bootID is the running boot's id (/proc/sys/kernel/random/boot_id), ""
-// when it cannot be read.
-func bootID() string {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
 }
 
 // ProbeOverlay says why a sandbox cannot have overlayfs mounts of

@@ -3,7 +3,10 @@
 package kernel
 
 import (
+	"fmt"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -55,4 +58,34 @@ func Compare(a, b [3]int) int {
 		}
 	}
 	return 0
+}
+
+// ProbeContext names what a probe of this host's abilities (can a sandbox
+// make its namespaces, mount an overlay) holds for, so that its verdict
+// can be kept and reused: the boot (its id), and the calling process's
+// user and mount namespaces and seccomp mode — a container that shares
+// hutch's cache or data directory with its host (a bind-mounted home) sees
+// the host's boot id but has namespaces of its own, and often a seccomp
+// filter that the host's processes do not have. "" when the boot id cannot
+// be read: then nothing is to be kept.
+func ProbeContext() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	ctx := strings.TrimSpace(string(b))
+	for _, ns := range []string{"user", "mnt"} {
+		var st unix.Stat_t
+		if unix.Stat("/proc/self/ns/"+ns, &st) == nil {
+			ctx += fmt.Sprintf("-%s%d", ns, st.Ino)
+		}
+	}
+	if s, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, l := range strings.Split(string(s), "\n") {
+			if v, ok := strings.CutPrefix(l, "Seccomp:"); ok {
+				ctx += "-seccomp" + strings.TrimSpace(v)
+			}
+		}
+	}
+	return ctx
 }
