@@ -1,0 +1,219 @@
+package images
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	tr "github.com/hutchsandbox/hutch/internal/testregistry"
+	"github.com/hutchsandbox/hutch/mounts"
+)
+
+// Random stacks of small layers over a few names (directories, files,
+// symlinks, whiteouts, opaque markers, in any order, the malformed
+// included) show the same tree three ways: the flattened copy, the merged
+// view the mount plan reads (mounts.ImageFS over the layers' overlay
+// form), and a real overlay mount of them in a user namespace (where one
+// can be made, and but for overlayfs's own limitation: a whiteout in a
+// directory only one layer has is listed). A stack the unpack refuses (an
+// entry beneath a file of the same layer) is skipped; most are not.
+func TestRandomLayerStacks(t *testing.T) {
+	r := rand.New(rand.NewPCG(20, 26))
+	const cases = 200
+	refused, mounted := 0, 0
+	canMount := true
+	for i := range cases {
+		switch checkRandomStack(t, fmt.Sprint("case ", i), r, canMount) {
+		case stackRefused:
+			refused++
+		case stackMounted:
+			mounted++
+		case stackNoMount:
+			canMount = false
+		}
+	}
+	t.Logf("%d cases: %d refused by the unpack, %d also compared with an overlay mount", cases, refused, mounted)
+	if refused > cases/4 {
+		t.Errorf("%d of %d cases refused: the generator tests too little", refused, cases)
+	}
+}
+
+// FuzzLayerStacks is TestRandomLayerStacks's check on stacks from any
+// seed: go test -fuzz FuzzLayerStacks ./images.
+func FuzzLayerStacks(f *testing.F) {
+	for _, seed := range []uint64{1, 2, 3} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, seed uint64) {
+		checkRandomStack(t, fmt.Sprint("seed ", seed), rand.New(rand.NewPCG(seed, seed>>1)), true)
+	})
+}
+
+// What checkRandomStack did with its stack.
+const (
+	stackCompared = iota // the flattened copy and mounts.ImageFS compared
+	stackMounted         // and an overlay mount too
+	stackNoMount         // no overlay can be mounted here
+	stackRefused         // the unpack refused a layer
+)
+
+// checkRandomStack stores a random stack of layers and compares its
+// flattened copy with mounts.ImageFS's view of its layers and, with
+// mount, with an overlay mount of them.
+func checkRandomStack(t *testing.T, name string, r *rand.Rand, mount bool) int {
+	t.Helper()
+	var desc []string
+	var layers []v1.Layer
+	for l := range 2 + r.IntN(3) {
+		es := randomEntries(r)
+		var names []string
+		for _, e := range es {
+			names = append(names, describeEntry(e))
+		}
+		desc = append(desc, fmt.Sprintf("layer %d: %s", l, strings.Join(names, ", ")))
+		layers = append(layers, tr.Layer(t, es...))
+	}
+	s, _ := Open(storeDir(t))
+	rep, err := s.Add(context.Background(), tr.Image(t, v1.Config{}, layers...), AddOptions{Flatten: true})
+	var ue *UnpackError
+	if errors.As(err, &ue) {
+		if testing.Verbose() {
+			t.Logf("%s refused: %v", name, err)
+		}
+		return stackRefused
+	}
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", name, err, strings.Join(desc, "\n"))
+	}
+	lowers, err := s.OverlayLayers(rep.Image)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	flat := listTree(t, rep.Root)
+	if view := listImageFS(t, lowers); view != flat {
+		t.Errorf("%s: mounts.ImageFS shows\n%s\nthe flattened copy\n%s\n%s", name, view, flat, strings.Join(desc, "\n"))
+		return stackCompared
+	}
+	if !mount || len(lowers) < 2 || loneWhiteout(t, lowers) {
+		return stackCompared
+	}
+	ov, ok := listOverlayMount(t, lowers)
+	if !ok {
+		return stackNoMount
+	}
+	if ov != flat {
+		t.Errorf("%s: the overlay mount shows\n%s\nthe flattened copy\n%s\n%s", name, ov, flat, strings.Join(desc, "\n"))
+	}
+	return stackMounted
+}
+
+// randomEntries is a small layer's entries over the names a, b, c (two
+// levels deep).
+func randomEntries(r *rand.Rand) []tr.Entry {
+	name := func() string {
+		n := []string{"a", "b", "c"}[r.IntN(3)]
+		if r.IntN(2) == 0 {
+			n += "/" + []string{"a", "b", "c"}[r.IntN(3)]
+		}
+		return n
+	}
+	var es []tr.Entry
+	nonDir := map[string]bool{} // this layer's files and symlinks
+	for range 2 + r.IntN(6) {
+		n := name()
+		k := r.IntN(10)
+		if nonDir[filepath.Dir(n)] || k == 9 && nonDir[n] {
+			continue // beneath a file of the same layer: the unpack refuses the layer
+		}
+		switch {
+		case k < 3:
+			es = append(es, tr.Entry{Name: n + "/", Type: tar.TypeDir})
+		case k < 6:
+			es = append(es, tr.Entry{Name: n, Body: fmt.Sprintf("%s %d\n", n, r.IntN(1000))})
+			nonDir[n] = true
+		case k < 7:
+			es = append(es, tr.Entry{Name: n, Type: tar.TypeSymlink, Linkname: []string{"a", "../b", "/c"}[r.IntN(3)]})
+			nonDir[n] = true
+		case k < 9:
+			es = append(es, tr.Entry{Name: filepath.Join(filepath.Dir(n), ".wh."+filepath.Base(n))})
+		default:
+			es = append(es, tr.Entry{Name: filepath.Join(n, ".wh..wh..opq")})
+		}
+	}
+	return es
+}
+
+func describeEntry(e tr.Entry) string {
+	switch e.Type {
+	case tar.TypeDir:
+		return e.Name
+	case tar.TypeSymlink:
+		return e.Name + " -> " + e.Linkname
+	}
+	return e.Name
+}
+
+// listTree lists the tree at dir in listImageFS's form, sorted.
+func listTree(t *testing.T, dir string) string {
+	t.Helper()
+	out, err := exec.Command("sh", "-c", `cd "$1" && find . -printf '%p %y %m %s\n'`, "sh", dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("list %s: %v %s", dir, err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	sort.Strings(lines)
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// listOverlayMount lists a read-only overlay of lowers mounted in a user
+// namespace as a sandbox mounts it; false when none can be mounted here.
+func listOverlayMount(t *testing.T, lowers []string) (string, bool) {
+	t.Helper()
+	mnt := t.TempDir()
+	script := `mount -t overlay overlay -o userxattr,index=off,lowerdir=` + strings.Join(lowers, ":") + ` "$1" || exit 42; cd "$1" && find . -printf '%p %y %m %s\n'`
+	out, err := exec.Command("unshare", "-Ur", "-m", "sh", "-c", script, "sh", mnt).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 42 || noCommand(err) {
+		t.Logf("no overlay mount in a user namespace here: %v %s", err, out)
+		return "", false
+	}
+	if err != nil {
+		return fmt.Sprintf("(the overlay could not be listed: %v)\n%s", err, out), true
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	sort.Strings(lines)
+	return strings.Join(lines, "\n") + "\n", true
+}
+
+// loneWhiteout: a layer has a whiteout in a directory that only one layer
+// makes, which overlayfs lists (its documented limitation: the markers'
+// doc comment).
+func loneWhiteout(t *testing.T, lowers []string) bool {
+	t.Helper()
+	f := &mounts.ImageFS{Root: "/nonexistent/merged", Layers: lowers}
+	lone := false
+	for _, l := range lowers {
+		filepath.WalkDir(l, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type()&fs.ModeCharDevice != 0 {
+				rel, _ := filepath.Rel(l, filepath.Dir(p))
+				if rel == "." {
+					rel = ""
+				}
+				if len(f.Dirs(rel)) <= 1 {
+					lone = true
+				}
+			}
+			return nil
+		})
+	}
+	return lone
+}
