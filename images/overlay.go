@@ -283,7 +283,12 @@ func overlayMarkers(rootFD int, m *LayerMeta, ops markerOps) (err error) {
 		if err != nil {
 			return fmt.Errorf("overlayfs's opaque mark on /%s: open: %w", o, err)
 		}
-		err = ops.setOpaque(fmt.Sprintf("/proc/self/fd/%d", fd))
+		p := fmt.Sprintf("/proc/self/fd/%d", fd)
+		err = ops.setOpaque(p)
+		if err == nil && !opaqueShows(p) {
+			unix.Removexattr(p, overlayOpaque) // (what can be undone)
+			err = errHiddenMarker
+		}
 		unix.Close(fd)
 		if err != nil {
 			why := ""
@@ -309,14 +314,19 @@ func overlayMarkers(rootFD int, m *LayerMeta, ops markerOps) (err error) {
 			return fmt.Errorf("overlayfs's whiteout of /%s: open its directory: %w", w, err)
 		}
 		err = ops.mkWhiteout(pfd, base)
-		unix.Close(pfd)
 		if errors.Is(err, unix.EEXIST) {
+			unix.Close(pfd)
 			continue // the same whiteout twice in the layer
 		}
+		if err == nil && !whiteoutShows(pfd, base) {
+			unix.Unlinkat(pfd, base, 0) // (what can be undone)
+			err = errHiddenMarker
+		}
+		unix.Close(pfd)
 		if err != nil {
 			why := ""
 			if errors.Is(err, unix.EPERM) {
-				why = " (an unprivileged user may make one since Linux 5.8)"
+				why = " (an unprivileged user may make one since Linux 5.8, but not through an overlay: is the store's filesystem itself an overlay, a container's root? keep hutch's data directory on a volume)"
 			}
 			return fmt.Errorf("overlayfs's whiteout of /%s: mknod a 0/0 character device: %w%s", w, err, why)
 		}
@@ -328,6 +338,25 @@ func overlayMarkers(rootFD int, m *LayerMeta, ops markerOps) (err error) {
 		})
 	}
 	return nil
+}
+
+// errHiddenMarker: a marker was made but does not show: the store's file
+// system is itself an overlay (a container's root, say), which takes a
+// 0/0 device for its own whiteout and keeps its user.overlay. attributes to
+// itself, so that an overlay of the layers would not see them.
+var errHiddenMarker = errors.New("made, but the store's filesystem does not show it (is it itself an overlay, a container's root? keep hutch's data directory on a volume)")
+
+// whiteoutShows: name in the directory dirFD is a 0/0 character device.
+func whiteoutShows(dirFD int, name string) bool {
+	var st unix.Stat_t
+	return unix.Fstatat(dirFD, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0
+}
+
+// opaqueShows: the directory at p reads user.overlay.opaque = "y".
+func opaqueShows(p string) bool {
+	b := make([]byte, 4)
+	n, err := unix.Getxattr(p, overlayOpaque, b)
+	return err == nil && string(b[:n]) == "y"
 }
 
 // splitRel is rel's directory ("" for the root) and last name.
