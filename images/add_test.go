@@ -36,6 +36,7 @@ func addImage(t *testing.T, s *Store, o AddOptions, layers ...v1.Layer) *Report 
 // it when asked, never at LayeredRoot's name.
 func TestAddFlatten(t *testing.T) {
 	s, _ := Open(storeDir(t))
+	requireUserXattrs(t, s) // (upper's opaque directory; elsewhere Add flattens it: TestMarkersRefused)
 	rep := addImage(t, s, AddOptions{Names: []string{"example.com/x:1"}}, base(t), upper(t))
 	if rep.Root != "" {
 		t.Errorf("root %q built without Flatten", rep.Root)

@@ -78,6 +78,7 @@ func TestMarkersMeetEntries(t *testing.T) {
 		E{Name: ".wh.nolower"},
 	)
 	s, _ := Open(storeDir(t))
+	requireUserXattrs(t, s)
 	rep := addImage(t, s, AddOptions{Flatten: true}, lower, upperL)
 	top := s.LayerDirs(rep.Image)[1]
 	got := strings.Join(markersIn(t, top), ", ")
@@ -105,6 +106,7 @@ func TestMarkersMeetEntries(t *testing.T) {
 // stops there (overlayfs does not read a layer root's opaque mark).
 func TestOverlayLayersOpaqueRoot(t *testing.T) {
 	s, _ := Open(storeDir(t))
+	requireUserXattrs(t, s)
 	rep := addImage(t, s, AddOptions{Flatten: true},
 		tr.Layer(t, E{Name: "below", Body: "b\n"}),
 		tr.Layer(t, E{Name: "mid", Body: "m\n"}),
@@ -154,6 +156,7 @@ func TestOverlayLayersRepeated(t *testing.T) {
 // in meta.json) still loads, flattens, and converts to ovl/ on first use.
 func TestOverlayLayersOldLayer(t *testing.T) {
 	s, _ := Open(storeDir(t))
+	requireUserXattrs(t, s)
 	rep := addImage(t, s, AddOptions{Flatten: true}, base(t), upper(t))
 	for _, l := range rep.Image.Layers {
 		fsDir := filepath.Join(s.layerPath(l.DiffID), "fs")
@@ -233,6 +236,9 @@ func TestMarkersRefused(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			s, _ := Open(storeDir(t))
+			if name == "mknod" {
+				requireUserXattrs(t, s) // (the opaque marks come first)
+			}
 			s.marks = tc.marks
 			rep := addImage(t, s, AddOptions{}, lower, upperL)
 			if rep.Root == "" {

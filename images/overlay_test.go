@@ -2,10 +2,7 @@ package images
 
 import (
 	"context"
-	"fmt"
-	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -99,7 +96,7 @@ func compareOverlay(t *testing.T, lowers []string, want string) {
 }
 
 // listImageFS lists the merged tree of lowers as mounts.ImageFS shows it,
-// in compareOverlay's find(1) format.
+// in listTree's form.
 func listImageFS(t *testing.T, lowers []string) string {
 	t.Helper()
 	root := "/nonexistent/merged"
@@ -112,15 +109,11 @@ func listImageFS(t *testing.T, lowers []string) string {
 			t.Errorf("ImageFS lstat %s: %v", rel, err)
 			return
 		}
-		kind := map[fs.FileMode]string{0: "f", fs.ModeDir: "d", fs.ModeSymlink: "l", fs.ModeNamedPipe: "p"}[fi.Mode().Type()]
-		if kind == "" {
-			kind = "?"
+		name := "./" + rel
+		if rel == "" {
+			name = "."
 		}
-		mode := uint32(fi.Mode().Perm())
-		if fi.Mode()&fs.ModeSticky != 0 {
-			mode |= 0o1000
-		}
-		lines = append(lines, fmt.Sprintf("%s %s %o %d", "./"+rel, kind, mode, fi.Size()))
+		lines = append(lines, listLine(name, fi))
 		if !fi.IsDir() {
 			return
 		}
@@ -134,13 +127,6 @@ func listImageFS(t *testing.T, lowers []string) string {
 		}
 	}
 	walk("")
-	lines[0] = strings.Replace(lines[0], "./ ", ". ", 1)
 	sort.Strings(lines)
 	return strings.Join(lines, "\n") + "\n"
-}
-
-// noCommand: the unshare command is missing.
-func noCommand(err error) bool {
-	_, ok := err.(*exec.Error)
-	return ok
 }
