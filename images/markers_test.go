@@ -270,3 +270,26 @@ func TestMarkersRefused(t *testing.T) {
 		})
 	}
 }
+
+// A whiteout in a directory that no other layer makes hides nothing, and
+// an overlay of the layers would list it (overlayfs shows such a
+// directory as its one layer has it): OverlayLayers refuses the image,
+// naming the layer and the path, so that its root is the flattened copy;
+// a whiteout in a directory a lower layer makes too is no such thing.
+func TestOverlayLayersLoneWhiteout(t *testing.T) {
+	s, _ := Open(storeDir(t))
+	lower := tr.Layer(t, E{Name: "x/", Type: tar.TypeDir}, E{Name: "x/f", Body: "f\n"})
+	rep := addImage(t, s, AddOptions{Flatten: true}, lower, tr.Layer(t, E{Name: "x/.wh.f"}, E{Name: "y/", Type: tar.TypeDir}, E{Name: "y/.wh.g"}))
+	_, err := s.OverlayLayers(rep.Image)
+	var le *LoneWhiteoutError
+	if !errors.As(err, &le) || le.Layer != rep.Image.Layers[1].DiffID || le.Path != "y/g" || !strings.Contains(err.Error(), "/y/g") {
+		t.Errorf("OverlayLayers of an image whiting out /y/g, which no layer below has: %v, want a LoneWhiteoutError naming the layer and /y/g", err)
+	}
+	if names := listTree(t, rep.Root); strings.Contains(names, "./x/f") || strings.Contains(names, "./y/g") || !strings.Contains(names, "./y d") {
+		t.Errorf("the flattened copy:\n%s", names)
+	}
+	rep = addImage(t, s, AddOptions{}, lower, tr.Layer(t, E{Name: "x/.wh.f"}))
+	if _, err := s.OverlayLayers(rep.Image); err != nil {
+		t.Errorf("a whiteout of a lower layer's file: %v", err)
+	}
+}

@@ -13,6 +13,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
+
+	"github.com/hutchsandbox/hutch/mounts"
 )
 
 // overlayOpaque is overlayfs' opaque-directory xattr in userxattr mode
@@ -42,6 +44,8 @@ func (s *Store) OverlayLayers(img *Image) ([]string, error) {
 	}
 	defer unlock()
 	var out []string
+	var metas []*LayerMeta
+	var ids []v1.Hash
 	listed := map[string]bool{}
 	for i := len(img.Layers) - 1; i >= 0; i-- {
 		l := img.Layers[i]
@@ -56,13 +60,51 @@ func (s *Store) OverlayLayers(img *Image) ([]string, error) {
 		}
 		if !listed[d] {
 			listed[d] = true
-			out = append(out, d)
+			out, metas, ids = append(out, d), append(metas, m), append(ids, l.DiffID)
 		}
 		if slices.Contains(m.Opaque, "") {
 			break
 		}
 	}
+	if err := loneWhiteouts(out, metas, ids); err != nil {
+		return nil, fmt.Errorf("image %s: %w", img.Digest, err)
+	}
 	return out, nil
+}
+
+// LoneWhiteoutError says that a layer whites out a name in a directory
+// that no other layer of the image makes: an overlay of the layers would
+// list that whiteout (overlayfs shows a directory one layer makes as that
+// layer has it, markers and all), so the image's root is its flattened
+// copy. Image builders do not write such layers (a whiteout deletes what
+// a layer below has).
+type LoneWhiteoutError struct {
+	Layer v1.Hash
+	Path  string
+}
+
+func (e *LoneWhiteoutError) Error() string {
+	return fmt.Sprintf("layer %s whites out /%s, in a directory no other layer of the image makes: an overlay of the layers would list the whiteout; the image's root is its flattened tree here", e.Layer, e.Path)
+}
+
+// loneWhiteouts finds a whiteout device of layers (topmost first, with
+// their metas and diff ids) in a merged directory that only its own layer
+// makes.
+func loneWhiteouts(layers []string, metas []*LayerMeta, ids []v1.Hash) error {
+	f := &mounts.ImageFS{Root: "/", Layers: layers}
+	for k, m := range metas {
+		for _, w := range m.Whiteouts {
+			var st unix.Stat_t
+			if unix.Lstat(filepath.Join(layers[k], w), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != 0 {
+				continue // no device was made (beneath an opaque directory, or it met the layer's own entry)
+			}
+			dir, _ := splitRel(w)
+			if ds := f.Dirs(dir); len(ds) == 1 && ds[0] == filepath.Join(layers[k], dir) {
+				return &LoneWhiteoutError{Layer: ids[k], Path: w}
+			}
+		}
+	}
+	return nil
 }
 
 // NotOverlayError says that a stored layer cannot be an overlay lower
