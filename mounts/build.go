@@ -90,25 +90,8 @@ var buildSkip = map[string]bool{
 	"workspace": true, "lost+found": true,
 }
 
-// FS is the file tree b.Root is read from: base itself (OS when nil), or,
-// with Layers, an ImageFS over base that shows the merged layers at Root.
-func (b *BuildRoot) FS(base HostFS) HostFS {
-	if img := b.imageFS(base); img != nil {
-		return img
-	}
-	if base == nil {
-		return OS
-	}
-	return base
-}
-
-// imageFS is the ImageFS of Layers over base, nil without Layers.
-func (b *BuildRoot) imageFS(base HostFS) *ImageFS {
-	if len(b.Layers) == 0 {
-		return nil
-	}
-	return &ImageFS{Base: base, Root: filepath.Clean(b.Root), Layers: b.Layers}
-}
+// FS is the file tree b.Root is read from (TreeFS).
+func (b *BuildRoot) FS(base HostFS) HostFS { return TreeFS(base, b.Root, b.Layers) }
 
 // entries are the top-level entries of Root that a build step's root
 // takes (all but buildSkip), sorted by name, each with its lstat through
@@ -158,7 +141,7 @@ func (b *BuildRoot) Dirs(base HostFS) ([]fs.FileInfo, error) {
 // Upper/NAME and Work/NAME; a file a read-only bind (with Layers, of the
 // topmost layer's), a symlink made anew.
 func addBuildRoot(fsys HostFS, p *Plan, b *BuildRoot) error {
-	img := b.imageFS(fsys) // nil: Root is a host directory
+	img := NewImageFS(fsys, b.Root, b.Layers) // nil: Root is a host directory
 	if img != nil {
 		fsys = img
 	}
@@ -184,8 +167,8 @@ func addBuildRoot(fsys HostFS, p *Plan, b *BuildRoot) error {
 		if img != nil {
 			// Invariant: every layer that makes the merged directory, so
 			// that the overlay shows what the flattened tree would.
-			if lower = img.Dirs(n); len(lower) > MaxImageLower {
-				return fmt.Errorf("image build: the image's /%s: %d of its layers make it, more than the %d an overlay stacks (HUTCH_IMAGE_ROOT=flattened uses a flattened copy instead)", n, len(lower), MaxImageLower)
+			if lower, err = img.Lowers(n, "image build: the image's"); err != nil {
+				return err
 			}
 		}
 		p.Add(Step{Kind: Overlay, Lower: lower, Upper: filepath.Join(b.Upper, n), Work: filepath.Join(b.Work, n),
@@ -247,8 +230,7 @@ func Build(s *Spec) (*Plan, error) {
 		dir := strings.TrimPrefix(s.Tooling, "rootfs:")
 		// entry adds a top-level entry, /etc or /var/lib of the tree.
 		entry := func(rel, why string) error { return addHostEntry(fsys, p, filepath.Join(dir, rel), "/"+rel, why) }
-		if len(s.ImageLayers) > 0 {
-			img := &ImageFS{Base: fsys, Root: filepath.Clean(dir), Layers: s.ImageLayers}
+		if img := NewImageFS(fsys, dir, s.ImageLayers); img != nil {
 			fsys = img
 			entry = func(rel, why string) error { return imageEntry(img, p, rel, why) }
 		}

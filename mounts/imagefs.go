@@ -39,6 +39,28 @@ type ImageFS struct {
 	memo map[string]merged
 }
 
+// NewImageFS is the ImageFS of layers (topmost first) at root over base;
+// nil without layers.
+func NewImageFS(base HostFS, root string, layers []string) *ImageFS {
+	if len(layers) == 0 {
+		return nil
+	}
+	return &ImageFS{Base: base, Root: filepath.Clean(root), Layers: layers}
+}
+
+// TreeFS is the tree a root at root is read from: with layers, their
+// ImageFS over base; without, base itself (OS when nil), where root is a
+// host directory.
+func TreeFS(base HostFS, root string, layers []string) HostFS {
+	if img := NewImageFS(base, root, layers); img != nil {
+		return img
+	}
+	if base == nil {
+		return OS
+	}
+	return base
+}
+
 func (f *ImageFS) base() HostFS {
 	if f.Base == nil {
 		return OS

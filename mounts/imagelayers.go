@@ -8,10 +8,21 @@ import (
 	"path/filepath"
 )
 
-// MaxImageLower is the most layers imageEntry stacks in one overlay (the
-// executor's limit, HUTCH_MAX_LOWER; Docker's overlay2 stops at 128
-// layers too).
+// MaxImageLower is the most layers an overlay of an image's directory
+// stacks (ImageFS.Lowers: the executor's limit, HUTCH_MAX_LOWER; Docker's
+// overlay2 stops at 128 layers too).
 const MaxImageLower = 128
+
+// Lowers are the lower layers of an overlay that shows the merged
+// directory rel (Dirs), refused when more than MaxImageLower make it;
+// what names the directory's use in the error.
+func (f *ImageFS) Lowers(rel, what string) ([]string, error) {
+	lowers := f.Dirs(rel)
+	if len(lowers) > MaxImageLower {
+		return nil, fmt.Errorf("%s /%s: %d of the image's layers make it, more than the %d an overlay stacks (HUTCH_IMAGE_ROOT=flattened uses a flattened copy instead)", what, rel, len(lowers), MaxImageLower)
+	}
+	return lowers, nil
+}
 
 // imageEntry adds the image's entry rel (a top-level entry, /etc or
 // /var/lib) from img: a directory that two or more layers make is a
@@ -31,14 +42,14 @@ func imageEntry(img *ImageFS, p *Plan, rel, why string) error {
 	}
 	switch {
 	case fi.IsDir():
-		lowers := img.Dirs(rel)
-		switch {
-		case len(lowers) == 1:
+		lowers, err := img.Lowers(rel, why)
+		if err != nil {
+			return err
+		}
+		if len(lowers) == 1 {
 			p.Add(Step{Kind: Bind, Source: lowers[0], Target: "/" + rel, ReadOnly: true, Optional: true, Why: why + " (its one layer's)"})
-		case len(lowers) <= MaxImageLower:
+		} else {
 			p.Add(Step{Kind: Overlay, Source: src, Target: "/" + rel, Lower: lowers, Why: why + " (overlay of the image's layers)"})
-		default:
-			return fmt.Errorf("%s /%s: %d of the image's layers make it, more than the %d an overlay stacks (HUTCH_IMAGE_ROOT=flattened uses a flattened copy instead)", why, rel, len(lowers), MaxImageLower)
 		}
 	case fi.Mode()&os.ModeSymlink != 0:
 		to, err := img.Readlink(src)

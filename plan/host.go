@@ -98,13 +98,10 @@ type ImageFacts struct {
 // tree when nil): the merged layers (mounts.ImageFS) or the flattened
 // tree on the host.
 func (f *ImageFacts) FS(base mounts.HostFS) mounts.HostFS {
-	if base == nil {
-		base = mounts.OS
+	if f == nil {
+		return mounts.TreeFS(base, "", nil)
 	}
-	if f == nil || len(f.Layers) == 0 {
-		return base
-	}
-	return &mounts.ImageFS{Base: base, Root: f.Root, Layers: f.Layers}
+	return mounts.TreeFS(base, f.Root, f.Layers)
 }
 
 // ImageRootEnv, in hutch's environment, chooses an image's root instead of
