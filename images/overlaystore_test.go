@@ -4,10 +4,8 @@ import (
 	"archive/tar"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -94,12 +92,7 @@ func TestMarkersOnAnOverlay(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { removeTree(d) })
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperStoreOnOverlay$")
-	cmd.Env = append(os.Environ(), "HUTCH_TEST_OVERLAY_STORE="+d)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}}
-	out, err := cmd.CombinedOutput()
+	out, err := inNamespaces("TestHelperStoreOnOverlay", "HUTCH_TEST_OVERLAY_STORE="+d).CombinedOutput()
 	if err != nil {
 		t.Fatalf("the helper: %v\n%s", err, out)
 	}

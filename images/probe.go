@@ -25,16 +25,16 @@ type overlayVerdict struct {
 // hostBoot names the running boot: a verdict holds for as long as both
 // are the same (a reboot may bring another kernel, or other sysctls).
 type hostBoot struct {
-	bootID, kernel string
+	context, kernel string
 }
 
 // thisBoot is the running boot as a verdict holds for it: the boot id
 // with the caller's namespaces and seccomp mode (kernel.ProbeContext: a
 // container sharing the store with its host gets a verdict of its own),
-// and the kernel's release (bootID "" when it cannot be read: then
+// and the kernel's release (context "" when it cannot be read: then
 // nothing is cached).
 func thisBoot() hostBoot {
-	return hostBoot{bootID: kernel.ProbeContext(), kernel: kernel.Release()}
+	return hostBoot{context: kernel.ProbeContext(), kernel: kernel.Release()}
 }
 
 // OverlayUsable says whether an image's root can be read-only overlayfs
@@ -58,15 +58,15 @@ func (s *Store) OverlayUsable(probe func(lower1, lower2 string) string) (ok bool
 // overlayUsable is OverlayUsable on the boot h.
 func (s *Store) overlayUsable(probe func(lower1, lower2 string) string, h hostBoot) (bool, string) {
 	cache := filepath.Join(s.Dir, overlayProbeFile)
-	if b, err := os.ReadFile(cache); err == nil && h.bootID != "" {
+	if b, err := os.ReadFile(cache); err == nil && h.context != "" {
 		var v overlayVerdict
-		if json.Unmarshal(b, &v) == nil && v.Context == h.bootID && v.Kernel == h.kernel {
+		if json.Unmarshal(b, &v) == nil && v.Context == h.context && v.Kernel == h.kernel {
 			return v.OK, v.Why
 		}
 	}
 	why := s.probeOverlay(probe)
-	v := overlayVerdict{Context: h.bootID, Kernel: h.kernel, OK: why == "", Why: why}
-	if h.bootID != "" {
+	v := overlayVerdict{Context: h.context, Kernel: h.kernel, OK: why == "", Why: why}
+	if h.context != "" {
 		// A verdict that cannot be kept is probed again next time.
 		if b, err := json.MarshalIndent(v, "", "  "); err == nil {
 			writeAtomic(cache, append(b, '\n'), s.tmpDir())

@@ -27,7 +27,7 @@ func TestOverlayUsable(t *testing.T) {
 		}
 		return answer
 	}
-	boot := hostBoot{bootID: "boot-1", kernel: "6.1.0"}
+	boot := hostBoot{context: "boot-1", kernel: "6.1.0"}
 	check := func(what string, h hostBoot, wantOK bool, wantWhy string, wantCalls int) {
 		t.Helper()
 		ok, why := s.overlayUsable(probe, h)
@@ -41,20 +41,20 @@ func TestOverlayUsable(t *testing.T) {
 	check("first", boot, true, "", 1)
 	check("same boot", boot, true, "", 1)
 	answer = "mount overlayfs: invalid argument"
-	check("another boot", hostBoot{bootID: "boot-2", kernel: "6.1.0"}, false, answer, 2)
-	check("that boot again (the no is kept too)", hostBoot{bootID: "boot-2", kernel: "6.1.0"}, false, answer, 2)
+	check("another boot", hostBoot{context: "boot-2", kernel: "6.1.0"}, false, answer, 2)
+	check("that boot again (the no is kept too)", hostBoot{context: "boot-2", kernel: "6.1.0"}, false, answer, 2)
 	answer = ""
-	check("another kernel", hostBoot{bootID: "boot-2", kernel: "6.8.0"}, true, "", 3)
+	check("another kernel", hostBoot{context: "boot-2", kernel: "6.8.0"}, true, "", 3)
 	if err := os.WriteFile(filepath.Join(s.Dir, overlayProbeFile), []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	check("corrupt cache", hostBoot{bootID: "boot-2", kernel: "6.8.0"}, true, "", 4)
-	check("rewritten", hostBoot{bootID: "boot-2", kernel: "6.8.0"}, true, "", 4)
+	check("corrupt cache", hostBoot{context: "boot-2", kernel: "6.8.0"}, true, "", 4)
+	check("rewritten", hostBoot{context: "boot-2", kernel: "6.8.0"}, true, "", 4)
 	check("no boot id: nothing cached", hostBoot{kernel: "6.8.0"}, true, "", 5)
 	check("no boot id again", hostBoot{kernel: "6.8.0"}, true, "", 6)
 
 	// The real boot: cached once like any other.
-	if thisBoot().bootID == "" {
+	if thisBoot().context == "" {
 		t.Skip("no /proc/sys/kernel/random/boot_id here")
 	}
 	s.OverlayUsable(probe)

@@ -272,17 +272,25 @@ func TestHelperListOverlay(t *testing.T) {
 	os.Stdout.WriteString("LISTING\n" + out)
 }
 
+// inNamespaces is this test binary running only the test helper (a
+// TestHelper... that does its work when env tells it to) in new user and
+// mount namespaces, the caller's ids mapped to 0 as a sandbox's init has
+// them.
+func inNamespaces(helper string, env ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^"+helper+"$")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}}
+	return cmd
+}
+
 // listOverlayMount lists a read-only overlay of lowers mounted in a user
 // namespace as a sandbox mounts it (by TestHelperListOverlay, a child of
 // this test binary); false when none can be mounted here.
 func listOverlayMount(t *testing.T, lowers []string) (string, bool) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperListOverlay$")
-	cmd.Env = append(os.Environ(), "HUTCH_TEST_LIST_OVERLAY="+strings.Join(lowers, ":"), "HUTCH_TEST_LIST_AT="+t.TempDir())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}}
-	out, err := cmd.Output()
+	out, err := inNamespaces("TestHelperListOverlay", "HUTCH_TEST_LIST_OVERLAY="+strings.Join(lowers, ":"), "HUTCH_TEST_LIST_AT="+t.TempDir()).Output()
 	s := string(out)
 	if err != nil || strings.HasPrefix(s, "NO-OVERLAY") {
 		t.Logf("no overlay mount in a user namespace here: %v %s", err, s)
