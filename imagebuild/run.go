@@ -143,29 +143,15 @@ func (sx *Sandbox) in(ctx context.Context, parent *images.Image, script string, 
 // stepRoot is the root of a build step on parent, its writable layer in
 // tmp (upper/ and work/, with a directory each for every top-level
 // directory of the root, made here). The overlays' lower layers are
-// parent's layers where plan.ImageRootForm says so (sx.Env,
-// sx.ProbeOverlay) and every layer has overlayfs's form
-// (images.Store.OverlayLayers), else parent's flattened copy, built when
-// it is missing (images.Store.Root). Either way the step sees the same
-// tree and its writes land in upper/ alike, so its layer does not depend
-// on which.
+// parent's root as hutch run would have it (plan.ImageRoot with sx.Env
+// and sx.ProbeOverlay): its layers, or its flattened copy. Either way the
+// step sees the same tree and its writes land in upper/ alike, so its
+// layer does not depend on which.
 func (sx *Sandbox) stepRoot(parent *images.Image, tmp string) (*mounts.BuildRoot, error) {
 	b := &mounts.BuildRoot{Upper: filepath.Join(tmp, "upper"), Work: filepath.Join(tmp, "work")}
-	overlay, _, err := plan.ImageRootForm(sx.Store, sx.Env, sx.ProbeOverlay)
-	if err != nil {
+	var err error
+	if b.Root, b.Layers, _, err = plan.ImageRoot(sx.Store, parent, sx.Env, sx.ProbeOverlay); err != nil {
 		return nil, fmt.Errorf("the step's root: %w", err)
-	}
-	if overlay {
-		// A layer without overlayfs's form: the flattened copy, as for
-		// hutch run (plan's gatherImage).
-		if layers, err := sx.Store.OverlayLayers(parent); err == nil {
-			b.Root, b.Layers = sx.Store.LayeredRoot(parent), layers
-		}
-	}
-	if len(b.Layers) == 0 {
-		if b.Root, err = sx.Store.Root(parent); err != nil {
-			return nil, fmt.Errorf("the step's root: %w", err)
-		}
 	}
 	dirs, err := b.Dirs(nil)
 	if err != nil {

@@ -184,11 +184,14 @@ func (s *Store) Add(ctx context.Context, img v1.Image, o AddOptions) (*Report, e
 		}
 		flatten := o.Flatten
 		for _, l := range ls {
+			meta, err := s.Meta(l)
+			if err != nil {
+				return nil, err
+			}
+			rep.Skipped = append(rep.Skipped, meta.Skipped...)
 			// A layer without overlayfs's form (its markers refused here)
 			// makes the image's root the flattened tree wherever it runs.
-			if m, err := s.Meta(l); err == nil && m.OverlayWhy != "" {
-				flatten = true
-			}
+			flatten = flatten || meta.OverlayWhy != ""
 		}
 		if flatten {
 			t0 := time.Now()
@@ -196,13 +199,6 @@ func (s *Store) Add(ctx context.Context, img v1.Image, o AddOptions) (*Report, e
 				return nil, err
 			}
 			rep.RootTime = time.Since(t0)
-		}
-		for _, l := range ls {
-			meta, err := s.Meta(l)
-			if err != nil {
-				return nil, err
-			}
-			rep.Skipped = append(rep.Skipped, meta.Skipped...)
 		}
 	}
 	now := time.Now().UTC()

@@ -139,36 +139,41 @@ func ImageRootForm(st *images.Store, env []string, probe func(lower1, lower2 str
 	return ok, why, nil
 }
 
-// gatherImage finds ref in hutch's image store and its root: overlays of
-// its layers where ImageRootForm says so and every layer has an overlay
-// form, else its flattened tree, built when it is missing (the first run
-// after a pull where overlays are not used, or after a prune).
-func gatherImage(ref string, env []string, probe func(lower1, lower2 string) string) (*ImageFacts, error) {
-	fail := func(err error) (*ImageFacts, error) {
-		return nil, fmt.Errorf("filesystem.tooling %q: %w", policy.ToolingImage+ref, err)
-	}
-	st, img, err := images.LookupDefault(ref)
-	if err != nil {
-		return fail(err)
-	}
-	f := &ImageFacts{Ref: ref, Digest: img.Digest.String(), Env: slices.Clone(img.Config.Config.Env)}
+// ImageRoot is img's root as a sandbox on it gets it: overlays of its
+// layers where ImageRootForm says so and every layer has overlayfs's form
+// (images.Store.OverlayLayers) — then root names the merged tree
+// (images.Store.LayeredRoot) and layers are its layers, topmost first —,
+// else its flattened tree, built when it is missing (the first sandbox
+// after a pull where overlays are not used, or after a prune), with why.
+// hutch run and an image build's steps choose alike.
+func ImageRoot(st *images.Store, img *images.Image, env []string, probe func(lower1, lower2 string) string) (root string, layers []string, why string, err error) {
 	overlay, why, err := ImageRootForm(st, env, probe)
 	if err != nil {
-		return nil, err
+		return "", nil, "", err
 	}
 	if overlay {
-		layers, err := st.OverlayLayers(img)
-		if err == nil {
-			f.Root, f.Layers = st.LayeredRoot(img), layers
+		layers, lerr := st.OverlayLayers(img)
+		if lerr == nil {
+			return st.LayeredRoot(img), layers, "", nil
+		}
+		why = lerr.Error()
+	}
+	if root, err = st.Root(img); err != nil {
+		return "", nil, "", err
+	}
+	return root, nil, why, nil
+}
+
+// gatherImage finds ref in hutch's image store and its root (ImageRoot).
+func gatherImage(ref string, env []string, probe func(lower1, lower2 string) string) (*ImageFacts, error) {
+	st, img, err := images.LookupDefault(ref)
+	if err == nil {
+		f := &ImageFacts{Ref: ref, Digest: img.Digest.String(), Env: slices.Clone(img.Config.Config.Env)}
+		if f.Root, f.Layers, f.Why, err = ImageRoot(st, img, env, probe); err == nil {
 			return f, nil
 		}
-		why = err.Error()
 	}
-	if f.Root, err = st.Root(img); err != nil {
-		return fail(err)
-	}
-	f.Why = why
-	return f, nil
+	return nil, fmt.Errorf("filesystem.tooling %q: %w", policy.ToolingImage+ref, err)
 }
 
 // CgroupFacts is what cgroup.Probe found that planning needs.
